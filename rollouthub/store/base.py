@@ -1,0 +1,329 @@
+"""The ``LightningStore`` contract (store.md section 3), the ``UNSET`` sentinel, capabilities and statistics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+from typing_extensions import TypedDict
+
+from rollouthub.types import (
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    Span,
+    TaskInput,
+    Worker,
+    WorkerStatus,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = [
+    "UNSET",
+    "Unset",
+    "LightningStore",
+    "LightningStoreCapabilities",
+    "LightningStoreStatistics",
+    "is_queuing",
+    "is_running",
+    "is_finished",
+]
+
+
+class _UnsetType:
+    """Type of the :data:`UNSET` sentinel: "argument not provided" (distinct from ``None``)."""
+
+    __slots__ = ()
+    _instance: Optional[_UnsetType] = None
+
+    def __new__(cls) -> _UnsetType:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _UnsetType()
+"""The single "not provided" sentinel."""
+
+Unset = _UnsetType
+"""Alias of the sentinel's class: use ``isinstance(x, Unset)``."""
+
+
+class LightningStoreCapabilities(TypedDict, total=False):
+    """What a store supports; a missing key means ``False``."""
+
+    thread_safe: bool
+    async_safe: bool
+    zero_copy: bool
+    otlp_traces: bool
+
+
+class LightningStoreStatistics(TypedDict, total=False):
+    """Sizes and health figures of a store."""
+
+    name: str
+    total_rollouts: int
+    total_attempts: int
+    total_spans: int
+    total_resources: int
+    total_workers: int
+    uptime: float
+    total_span_bytes: int
+    eviction_threshold_bytes: int
+    safe_threshold_bytes: int
+    memory_capacity_bytes: int
+
+
+def is_queuing(rollout: Rollout) -> bool:
+    """True when the rollout waits in the queue (``queuing`` or ``requeuing``)."""
+    return rollout.status in ("queuing", "requeuing")
+
+
+def is_running(rollout: Rollout) -> bool:
+    """True when the rollout is claimed and being worked on (``preparing`` or ``running``)."""
+    return rollout.status in ("preparing", "running")
+
+
+def is_finished(rollout: Rollout) -> bool:
+    """True when the rollout reached a terminal status (``failed``, ``succeeded``, ``cancelled``)."""
+    return rollout.status in ("failed", "succeeded", "cancelled")
+
+
+class LightningStore:
+    """Abstract store: the rollout queue, attempts, spans, resources and workers. Every data method is async."""
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        """Capabilities of this store (all ``False`` for the abstract base)."""
+        return LightningStoreCapabilities(thread_safe=False, async_safe=False, zero_copy=False, otlp_traces=False)
+
+    async def statistics(self) -> LightningStoreStatistics:
+        """Return store statistics (the base reports only the class name)."""
+        return LightningStoreStatistics(name=type(self).__name__)
+
+    def otlp_traces_endpoint(self) -> str:
+        """URL of the store's OTLP/HTTP traces endpoint (ends in ``/v1/traces``)."""
+        raise NotImplementedError()
+
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        """Create a rollout with its first attempt, bypassing the queue."""
+        raise NotImplementedError()
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Dict[str, Any] | None = None,
+    ) -> Rollout:
+        """Create a rollout and append it to the queue."""
+        raise NotImplementedError()
+
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> Sequence[Rollout]:
+        """Enqueue several rollouts in one unit, preserving order."""
+        raise NotImplementedError()
+
+    async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
+        """Claim the next queued rollout (never blocks); ``None`` when the queue is empty."""
+        raise NotImplementedError()
+
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None
+    ) -> Sequence[AttemptedRollout]:
+        """Claim up to ``limit`` queued rollouts in FIFO order."""
+        raise NotImplementedError()
+
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        """Create a new attempt for a rollout outside the queue (ignores ``max_attempts``)."""
+        raise NotImplementedError()
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        sort_by: str | None = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+        status: Sequence[RolloutStatus] | None = None,
+        rollout_ids: Sequence[str] | None = None,
+    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        """Query rollouts; those with attempts come back as ``AttemptedRollout`` with their latest attempt."""
+        raise NotImplementedError()
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        """Attempts of a rollout (empty for an unknown rollout)."""
+        raise NotImplementedError()
+
+    async def get_rollout_by_id(self, rollout_id: str) -> Union[Rollout, AttemptedRollout, None]:
+        """The rollout (with its latest attempt when it has one), or ``None``."""
+        raise NotImplementedError()
+
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        """The attempt with the highest ``sequence_id``, or ``None``."""
+        raise NotImplementedError()
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        """Query resource snapshots."""
+        raise NotImplementedError()
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        """Store a new resources snapshot with a fresh id; it becomes the latest."""
+        raise NotImplementedError()
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        """Upsert a resources snapshot by id (version +1 when it exists); it becomes the latest."""
+        raise NotImplementedError()
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        """One snapshot by id, or ``None``."""
+        raise NotImplementedError()
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        """The most recently added or updated snapshot, or ``None``."""
+        raise NotImplementedError()
+
+    async def add_span(self, span: Span) -> Span | None:
+        """Insert a span (``None`` for a duplicate); the first span of an attempt marks it running."""
+        raise NotImplementedError()
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        """Insert several spans; returns exactly the newly stored ones."""
+        raise NotImplementedError()
+
+    async def add_otel_span(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        readable_span: ReadableSpan,
+        sequence_id: int | None = None,
+    ) -> Span | None:
+        """Convert and insert an OpenTelemetry SDK span, allocating a sequence id when none is given."""
+        raise NotImplementedError()
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        """Allocate the next span sequence id of a rollout (one counter per rollout)."""
+        raise NotImplementedError()
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[Tuple[str, str]]) -> Sequence[int]:
+        """Allocate one sequence id per (rollout_id, attempt_id) pair, in input order."""
+        raise NotImplementedError()
+
+    async def wait_for_rollouts(self, *, rollout_ids: List[str], timeout: float | None = None) -> List[Rollout]:
+        """Wait until the given rollouts finish or the timeout passes; returns the finished ones in input order."""
+        raise NotImplementedError()
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> PaginatedResult[Span]:
+        """Query the spans of a rollout (optionally one attempt, or ``"latest"``)."""
+        raise NotImplementedError()
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | None | Unset = UNSET,
+        resources_id: str | None | Unset = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: Dict[str, Any] | None | Unset = UNSET,
+    ) -> Rollout:
+        """Replace the provided rollout fields; terminal statuses stamp ``end_time``."""
+        raise NotImplementedError()
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: Dict[str, Any] | None | Unset = UNSET,
+    ) -> Attempt:
+        """Update an attempt; updates of the latest attempt propagate to the rollout status."""
+        raise NotImplementedError()
+
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        sort_by: str | None = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        """Query workers."""
+        raise NotImplementedError()
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        """One worker by id, or ``None``."""
+        raise NotImplementedError()
+
+    async def update_worker(
+        self, worker_id: str, heartbeat_stats: Dict[str, Any] | Unset = UNSET
+    ) -> Worker:
+        """Record a worker heartbeat (creating the worker when new)."""
+        raise NotImplementedError()

@@ -1,0 +1,84 @@
+"""``LightningStoreThreaded``: serialize every call to a store from many threads with one lock (store.md 10)."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Awaitable, Callable, TypeVar
+
+from .base import LightningStore, LightningStoreCapabilities
+
+__all__ = ["LightningStoreThreaded"]
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+_LOCKED_METHODS = (
+    "statistics",
+    "start_rollout",
+    "enqueue_rollout",
+    "enqueue_many_rollouts",
+    "dequeue_rollout",
+    "dequeue_many_rollouts",
+    "start_attempt",
+    "query_rollouts",
+    "query_attempts",
+    "get_rollout_by_id",
+    "get_latest_attempt",
+    "query_resources",
+    "add_resources",
+    "update_resources",
+    "get_resources_by_id",
+    "get_latest_resources",
+    "add_many_spans",
+    "add_span",
+    "add_otel_span",
+    "get_next_span_sequence_id",
+    "get_many_span_sequence_ids",
+    "query_spans",
+    "update_rollout",
+    "update_attempt",
+    "query_workers",
+    "get_worker_by_id",
+    "update_worker",
+)
+
+
+def _locked(name: str) -> Callable[..., Awaitable[Any]]:
+    async def method(self: LightningStoreThreaded, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return await getattr(self.store, name)(*args, **kwargs)
+
+    base = getattr(LightningStore, name)
+    functools.update_wrapper(method, base)
+    method.__doc__ = f"{base.__doc__ or name} (serialized by the wrapper's lock)"
+    return method
+
+
+class LightningStoreThreaded(LightningStore):
+    """Facade that serializes calls from multiple threads (one event loop per thread) with a ``threading.Lock``.
+
+    Every data method forwards all its arguments unchanged (``filter_logic`` included); ``wait_for_rollouts`` is
+    passed through without the lock because it blocks for long and only reads.
+    """
+
+    def __init__(self, store: LightningStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        """The inner capabilities with ``thread_safe`` and ``async_safe`` forced on."""
+        caps = LightningStoreCapabilities(**self.store.capabilities)
+        caps["thread_safe"] = True
+        caps["async_safe"] = True
+        return caps
+
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: float | None = None) -> list[Any]:
+        """Pass-through without the lock."""
+        return await self.store.wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout)
+
+
+for _name in _LOCKED_METHODS:
+    setattr(LightningStoreThreaded, _name, _locked(_name))
+del _name
+

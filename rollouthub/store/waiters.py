@@ -1,0 +1,98 @@
+"""Event-driven wake-ups for ``wait_for_rollouts`` that work across threads and event loops.
+
+A waiter registers the rollout ids it waits for, then re-reads the store each time it is woken. The store wakes
+the waiters of a rollout right after a unit that finished it has been written; backends that share data across
+processes wake everybody when they notice an external change (see :meth:`RolloutWaiters.wake_all`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Dict, Iterable, Optional, Set
+
+__all__ = ["RolloutWaiters", "Waiter"]
+
+
+class Waiter:
+    """One waiting coroutine: an ``asyncio.Event`` bound to its loop, settable from any thread."""
+
+    __slots__ = ("loop", "event", "rollout_ids")
+
+    def __init__(self, rollout_ids: Set[str]) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.event = asyncio.Event()
+        self.rollout_ids = rollout_ids
+
+    def wake(self) -> None:
+        """Set the event from any thread (ignored when the waiter's loop is closed)."""
+        try:
+            self.loop.call_soon_threadsafe(self.event.set)
+        except RuntimeError:
+            pass
+
+    async def wait(self, timeout: Optional[float]) -> bool:
+        """Wait for a wake-up or the timeout; returns True when woken. Clears the event."""
+        try:
+            if timeout is None:
+                await self.event.wait()
+            else:
+                await asyncio.wait_for(self.event.wait(), timeout=max(timeout, 0.0))
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self.event.clear()
+
+
+class RolloutWaiters:
+    """Registry of waiters keyed by rollout id (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_rollout: Dict[str, Set[Waiter]] = {}
+        self._all: Set[Waiter] = set()
+
+    def register(self, rollout_ids: Iterable[str]) -> Waiter:
+        """Create and register a waiter for the given ids (call from inside the waiting coroutine)."""
+        waiter = Waiter(set(rollout_ids))
+        with self._lock:
+            self._all.add(waiter)
+            for rollout_id in waiter.rollout_ids:
+                self._by_rollout.setdefault(rollout_id, set()).add(waiter)
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        """Remove a waiter."""
+        with self._lock:
+            self._all.discard(waiter)
+            for rollout_id in waiter.rollout_ids:
+                bucket = self._by_rollout.get(rollout_id)
+                if bucket is not None:
+                    bucket.discard(waiter)
+                    if not bucket:
+                        del self._by_rollout[rollout_id]
+
+    def wake(self, rollout_ids: Iterable[str]) -> None:
+        """Wake the waiters of these rollouts."""
+        with self._lock:
+            if not self._by_rollout:
+                return
+            targets: Set[Waiter] = set()
+            for rollout_id in rollout_ids:
+                bucket = self._by_rollout.get(rollout_id)
+                if bucket:
+                    targets.update(bucket)
+        for waiter in targets:
+            waiter.wake()
+
+    def wake_all(self) -> None:
+        """Wake every waiter (used when another process may have changed the data)."""
+        with self._lock:
+            targets = list(self._all)
+        for waiter in targets:
+            waiter.wake()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._all)

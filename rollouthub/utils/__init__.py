@@ -1,0 +1,1 @@
+"""Shared utilities (ids, metrics, OTLP helpers, server launcher, system snapshots)."""
