@@ -322,8 +322,6 @@ class LightningStore:
         """One worker by id, or ``None``."""
         raise NotImplementedError()
 
-    async def update_worker(
-        self, worker_id: str, heartbeat_stats: Dict[str, Any] | Unset = UNSET
-    ) -> Worker:
+    async def update_worker(self, worker_id: str, heartbeat_stats: Dict[str, Any] | Unset = UNSET) -> Worker:
         """Record a worker heartbeat (creating the worker when new)."""
         raise NotImplementedError()

@@ -462,7 +462,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         if attempts:
             await c.attempts.insert(attempts)
             await c.rollouts.update(updated, update_fields=["status"])
-        return [_attach(r, a) for r, a in zip(updated, attempts)]
+        return [_attach(r, a) for r, a in zip(updated, attempts, strict=False)]
 
     @tracked("start_attempt")
     @healthcheck_before
@@ -1007,7 +1007,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
     # ----------------------------------------------------------------------------------------------------------
 
     @tracked("_post_update_rollout")
-    async def _post_update_rollout(self, rollouts: Sequence[Tuple[Rollout, Sequence[str]]], skip_enqueue: bool = False) -> None:
+    async def _post_update_rollout(
+        self, rollouts: Sequence[Tuple[Rollout, Sequence[str]]], skip_enqueue: bool = False
+    ) -> None:
         """After a unit wrote rollout fields: metrics, waking waiters, backend hooks.
 
         (Re-enqueueing happens inside the writing unit -- see :meth:`_unlocked_update_rollout_only`.)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from pydantic import BaseModel
 
@@ -124,12 +123,10 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
     async def statistics(self) -> LightningStoreStatistics:
         """Generic statistics plus the memory figures."""
         stats = await super().statistics()
-        stats.update(
-            total_span_bytes=self._total_span_bytes,
-            eviction_threshold_bytes=self._eviction_threshold_bytes,
-            safe_threshold_bytes=self._safe_threshold_bytes,
-            memory_capacity_bytes=self._memory_capacity_bytes,
-        )
+        stats["total_span_bytes"] = self._total_span_bytes
+        stats["eviction_threshold_bytes"] = self._eviction_threshold_bytes
+        stats["safe_threshold_bytes"] = self._safe_threshold_bytes
+        stats["memory_capacity_bytes"] = self._memory_capacity_bytes
         return stats
 
     # -- resources: cache the latest id ---------------------------------------------------------------------
@@ -214,5 +211,3 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         if rollout_id in self._evicted_rollout_ids:
             raise RuntimeError(f"Spans for rollout {rollout_id} have been evicted")
         return await super()._query_spans_unit(rollout_id, filters, sort, limit, offset)
-
-

@@ -81,4 +81,3 @@ class LightningStoreThreaded(LightningStore):
 for _name in _LOCKED_METHODS:
     setattr(LightningStoreThreaded, _name, _locked(_name))
 del _name
-

@@ -239,9 +239,7 @@ class Span(BaseModel):
     resource: OtelResource
 
     @classmethod
-    def from_opentelemetry(
-        cls, src: ReadableSpan, rollout_id: str, attempt_id: str, sequence_id: int
-    ) -> Span:
+    def from_opentelemetry(cls, src: ReadableSpan, rollout_id: str, attempt_id: str, sequence_id: int) -> Span:
         """Convert an OpenTelemetry SDK ``ReadableSpan`` bound to a rollout attempt."""
         ctx = src.context
         parent = src.parent
@@ -255,7 +253,7 @@ class Span(BaseModel):
             parent_id=_format_span_id(parent.span_id) if parent is not None else None,
             name=src.name,
             status=TraceStatus.from_opentelemetry(src.status),
-            attributes=dict(src.attributes) if src.attributes else {},
+            attributes=dict(src.attributes) if src.attributes else {},  # type: ignore[arg-type]
             events=[Event.from_opentelemetry(e) for e in src.events],
             links=[Link.from_opentelemetry(link) for link in src.links],
             start_time=convert_timestamp(src.start_time),

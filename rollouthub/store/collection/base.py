@@ -100,7 +100,9 @@ class DuplicatedPrimaryKeyError(ValueError):
 # Call-stack context (which store method is running) -- used as metric labels by collections.
 # --------------------------------------------------------------------------------------------------------------
 
-_current_public_method: contextvars.ContextVar[str] = contextvars.ContextVar("rollouthub_store_pubmeth", default="unknown")
+_current_public_method: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "rollouthub_store_pubmeth", default="unknown"
+)
 _current_private_method: contextvars.ContextVar[str] = contextvars.ContextVar(
     "rollouthub_store_privmeth", default="unknown"
 )
@@ -325,7 +327,9 @@ class Collection(TrackedCollection, Generic[T_model]):
         """Filter, sort, then paginate (``limit=-1``: all). ``total`` counts all matches."""
         raise NotImplementedError()
 
-    async def get(self, filter: Optional[FilterOptions] = None, sort: Optional[SortOptions] = None) -> Optional[T_model]:
+    async def get(
+        self, filter: Optional[FilterOptions] = None, sort: Optional[SortOptions] = None
+    ) -> Optional[T_model]:
         """First match (with sort: min for asc, max for desc), or ``None``."""
         result = await self.query(filter=filter, sort=sort, limit=1)
         return result.items[0] if result.items else None
@@ -334,11 +338,15 @@ class Collection(TrackedCollection, Generic[T_model]):
         """Insert new items; an existing or repeated primary key raises :class:`DuplicatedPrimaryKeyError`."""
         raise NotImplementedError()
 
-    async def update(self, items: Sequence[T_model], update_fields: Optional[Sequence[str]] = None) -> Sequence[T_model]:
+    async def update(
+        self, items: Sequence[T_model], update_fields: Optional[Sequence[str]] = None
+    ) -> Sequence[T_model]:
         """Replace existing items (or only ``update_fields``); returns the stored items."""
         raise NotImplementedError()
 
-    async def upsert(self, items: Sequence[T_model], update_fields: Optional[Sequence[str]] = None) -> Sequence[T_model]:
+    async def upsert(
+        self, items: Sequence[T_model], update_fields: Optional[Sequence[str]] = None
+    ) -> Sequence[T_model]:
         """Insert missing items; update existing ones (all fields, only ``update_fields``, or none for ``[]``)."""
         raise NotImplementedError()
 
@@ -416,11 +424,16 @@ class LightningCollections(TrackedCollection):
     def __init__(self, tracker: Optional[MetricsBackend] = None, extra_labels: Optional[Sequence[str]] = None) -> None:
         super().__init__(tracker=tracker)
         if tracker is not None:
-            label_names = ["store_pubmeth", "operation", "collection", "store_privmeth", "status", *(extra_labels or [])]
+            label_names = [
+                "store_pubmeth",
+                "operation",
+                "collection",
+                "store_privmeth",
+                "status",
+                *(extra_labels or []),
+            ]
             tracker.register_counter("agl.collections.total", label_names, group_level=2)
-            tracker.register_histogram(
-                "agl.collections.latency", label_names, buckets=LATENCY_BUCKETS, group_level=2
-            )
+            tracker.register_histogram("agl.collections.latency", label_names, buckets=LATENCY_BUCKETS, group_level=2)
 
     @property
     def collection_name(self) -> str:

@@ -14,7 +14,6 @@ from typing import (
     AsyncIterator,
     Deque,
     Dict,
-    Generic,
     Iterator,
     List,
     Literal,
@@ -332,12 +331,12 @@ class ListBasedCollection(Collection[T]):
             if self._lookup(key) is not _MISSING:
                 raise DuplicatedPrimaryKeyError(f"Item with duplicated primary key {key} already exists")
         # All-or-nothing: nothing is stored when any key conflicts (the reference could store a prefix).
-        for key, item in zip(keys, items):
+        for key, item in zip(keys, items, strict=False):
             self._store(key, item)
             self._size += 1
 
     def _missing_error(self, key: Tuple[Any, ...]) -> ValueError:
-        desc = ", ".join(f"{pk}={value!r}" for pk, value in zip(self._primary_keys, key))
+        desc = ", ".join(f"{pk}={value!r}" for pk, value in zip(self._primary_keys, key, strict=False))
         return ValueError(f"Item does not exist with primary key(s): {desc}")
 
     @staticmethod
