@@ -16,7 +16,7 @@ import time
 from typing import List
 
 from rollouthub.store.base import LightningStore
-from rollouthub.types import AttemptedRollout, RolloutConfig, Span, TraceStatus
+from rollouthub.types import AttemptedRollout, EnqueueRolloutRequest, RolloutConfig, Span, TraceStatus
 
 __all__ = ["main", "run_demo"]
 
@@ -69,7 +69,10 @@ async def run_demo(database: str, n_tasks: int, n_runners: int) -> int:
     try:
         config = RolloutConfig(max_attempts=2, retry_condition=["failed"])
         rollouts = await store.enqueue_many_rollouts(
-            [{"input": {"question": f"What is {i} + {i}?"}, "mode": "train", "config": config} for i in range(n_tasks)]  # type: ignore[misc]
+            [
+                EnqueueRolloutRequest(input={"question": f"What is {i} + {i}?"}, mode="train", config=config)
+                for i in range(n_tasks)
+            ]
         )
         ids = [r.rollout_id for r in rollouts]
         failures = set(random.sample(ids, k=max(1, n_tasks // 10)))

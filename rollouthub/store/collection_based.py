@@ -363,6 +363,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         """Enqueue several rollouts in one unit, in input order."""
         if not rollouts:
             return []
+        requests = [
+            r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r) for r in rollouts
+        ]
         latest = await self._get_latest_resources()
         latest_id = latest.resources_id if latest is not None else None
         now = time.time()
@@ -376,7 +379,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                 "queuing",
                 now,
             )
-            for request in rollouts
+            for request in requests
         ]
         return await self._enqueue_many_rollouts(built)
 
