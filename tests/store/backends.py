@@ -76,6 +76,10 @@ class BackendTraits:
         max_wait_timeout: largest ``timeout`` accepted by ``wait_for_rollouts`` (``None`` = no cap; the HTTP client
             caps it at 0.1 s, spec 12.6). Tests that need a longer wait are skipped on capped backends.
         statistics_name: expected value of ``statistics()["name"]``.
+        atomic_sequence_id_blocks: ``get_many_span_sequence_ids`` allocates its ids as one consecutive block, even
+            under concurrent allocations (the HTTP client has no bulk route and allocates one id per request).
+        zero_limit_dequeue_records_worker: ``dequeue_many_rollouts(limit=0, worker_id=...)`` still records the worker
+            as idle (the HTTP client sends no request at all for a non-positive limit, spec 12.4).
     """
 
     name: str
@@ -88,6 +92,8 @@ class BackendTraits:
     remote_error_types: tuple[type[BaseException], ...] = ()
     max_wait_timeout: float | None = None
     statistics_name: str | None = None
+    atomic_sequence_id_blocks: bool = True
+    zero_limit_dequeue_records_worker: bool = True
 
     def has(self, trait: str) -> bool:
         return bool(getattr(self, trait))
@@ -141,10 +147,40 @@ async def _memory_threadsafe_store(
     yield InMemoryLightningStore(scan_debounce_seconds=scan_debounce_seconds, **kwargs)
 
 
+@asynccontextmanager
+async def _http_store(*, scan_debounce_seconds: float = 0.0, **kwargs: Any) -> AsyncIterator[LightningStore]:
+    """A ``LightningStoreClient`` talking to an in-process ``LightningStoreServer`` (thread mode) over loopback."""
+    from rollouthub.store.client_server import LightningStoreClient, LightningStoreServer
+    from rollouthub.store.memory import InMemoryLightningStore
+    from rollouthub.utils.server_launcher import pick_free_port
+
+    kwargs.setdefault("thread_safe", True)
+    inner = InMemoryLightningStore(scan_debounce_seconds=scan_debounce_seconds, **kwargs)
+    server = LightningStoreServer(inner, host="127.0.0.1", port=pick_free_port(), launch_mode="thread")
+    await server.start()
+    client = LightningStoreClient(server.endpoint, retry_delays=(0.05,), health_retry_delays=(0.05,))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await server.stop()
+
+
 STORE_BACKENDS: dict[str, Callable[..., AsyncContextManager[LightningStore]]] = {
     "memory": _memory_store,
     "memory_threadsafe": _memory_threadsafe_store,
+    "http": _http_store,
 }
+
+
+def _http_error_type() -> type[BaseException]:
+    """``aiohttp.ClientResponseError`` (the base of every error the HTTP client raises for an error response)."""
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp is a dependency of the HTTP client
+        return Exception
+    return aiohttp.ClientResponseError
+
 
 BACKEND_TRAITS: dict[str, BackendTraits] = {
     "memory": BackendTraits(
@@ -158,6 +194,21 @@ BACKEND_TRAITS: dict[str, BackendTraits] = {
         memory=True,
         thread_safe=True,
         statistics_name="InMemoryLightningStore",
+    ),
+    "http": BackendTraits(
+        name="http",
+        # The server runs in a thread of this process and reads the patched global ``time.time``.
+        in_process_clock=True,
+        in_process_logs=True,
+        collection_based=False,
+        memory=False,
+        thread_safe=True,
+        native_errors=False,
+        remote_error_types=(_http_error_type(),),
+        max_wait_timeout=0.1,
+        statistics_name="InMemoryLightningStore",
+        atomic_sequence_id_blocks=False,
+        zero_limit_dequeue_records_worker=False,
     ),
 }
 
@@ -178,3 +229,9 @@ async def _memory_collections(**kwargs: Any) -> AsyncIterator[LightningCollectio
 COLLECTION_BACKENDS: dict[str, Callable[..., AsyncContextManager[LightningCollections]]] = {
     "memory": _memory_collections,
 }
+
+
+# SQL backends ("sqlite", "postgres"): factories and traits live in tests/store/sql_backends.py.
+from tests.store.sql_backends import register as _register_sql_backends  # noqa: E402
+
+_register_sql_backends(STORE_BACKENDS, BACKEND_TRAITS, COLLECTION_BACKENDS, BackendTraits)

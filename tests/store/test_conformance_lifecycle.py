@@ -225,7 +225,7 @@ async def test_full_retry_cycle_through_queue(store: Any) -> None:
     rollout = await store.enqueue_rollout(input="retry", config=config)
     outcomes = ["failed", "timeout", "failed"]
     expected_status = ["requeuing", "requeuing", "failed"]
-    for sequence_id, (outcome, status) in enumerate(zip(outcomes, expected_status), start=1):
+    for sequence_id, (outcome, status) in enumerate(zip(outcomes, expected_status, strict=True), start=1):
         claimed = await store.dequeue_rollout()
         assert claimed is not None, f"attempt {sequence_id} was not re-enqueued"
         assert claimed.rollout_id == rollout.rollout_id

@@ -107,7 +107,7 @@ async def test_enqueue_copies_config_and_metadata(store: Any) -> None:
 async def test_enqueue_accepts_any_json_input(store: Any) -> None:
     inputs: list[Any] = [None, 0, 1.5, "text", [1, "two", None], {"nested": {"list": [1, 2]}}, True]
     rollouts = [await store.enqueue_rollout(input=value) for value in inputs]
-    for value, rollout in zip(inputs, rollouts):
+    for value, rollout in zip(inputs, rollouts, strict=True):
         fetched = await store.get_rollout_by_id(rollout.rollout_id)
         assert fetched.input == value
 
@@ -235,9 +235,7 @@ async def test_query_rollouts_by_ids(store: Any) -> None:
     assert one[0].status == "queuing"
     unknown = await store.query_rollouts(rollout_id_in=["ro-unknown00000"])
     assert list(unknown) == [] and unknown.total == 0
-    combined = await store.query_rollouts(
-        rollout_id_in=[r["a"].rollout_id, r["b"].rollout_id], status_in=["preparing"]
-    )
+    combined = await store.query_rollouts(rollout_id_in=[r["a"].rollout_id, r["b"].rollout_id], status_in=["preparing"])
     assert ids_of(combined) == [r["a"].rollout_id]
 
 

@@ -127,7 +127,7 @@ async def test_add_span_round_trips_all_fields(store: Any) -> None:
     await store.add_span(span)
     stored = await store.query_spans(rid)
     assert len(stored) == 1
-    assert stored[0].model_dump() == span.model_dump()
+    assert stored[0].model_dump(mode="json") == span.model_dump(mode="json")
     assert stored[0].model_dump()["custom_extra"] == {"kept": [1, 2]}
 
 
@@ -150,7 +150,7 @@ async def test_add_otel_span_converts_readable_span(store: Any) -> None:
     assert span.end_time == pytest.approx(otel.end_time / 1e9)
     stored = await store.query_spans(rid)
     assert [s.span_id for s in stored] == [span.span_id]
-    assert stored[0].model_dump() == span.model_dump()
+    assert stored[0].model_dump(mode="json") == span.model_dump(mode="json")
 
 
 async def test_duplicate_otel_span_returns_none_and_logs(
@@ -539,7 +539,14 @@ async def test_query_spans_sort_and_pagination(store: Any) -> None:
     assert _span_ids(paged) == ["span-003"] and paged.total == 2
 
     picked = await store.query_spans(
-        rid, name="reward", span_id_contains="002", filter_logic="or", sort_by="span_id", sort_order="desc", limit=1, offset=1
+        rid,
+        name="reward",
+        span_id_contains="002",
+        filter_logic="or",
+        sort_by="span_id",
+        sort_order="desc",
+        limit=1,
+        offset=1,
     )
     assert _span_ids(picked) == ["span-002"]
     assert picked.total == 2 and picked.limit == 1 and picked.offset == 1
@@ -572,6 +579,6 @@ async def test_spans_preserve_per_attempt_identity(store: Any) -> None:
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     created = [await store.add_otel_span(rid, aid, make_otel_span(f"s{i}")) for i in range(3)]
     stored = await store.query_spans(rid, aid)
-    assert [s.model_dump() for s in stored] == [s.model_dump() for s in created]
+    assert [s.model_dump(mode="json") for s in stored] == [s.model_dump(mode="json") for s in created]
     assert [s.name for s in stored] == ["s0", "s1", "s2"]
     assert [s.sequence_id for s in stored] == [1, 2, 3]

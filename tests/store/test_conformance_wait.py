@@ -24,10 +24,29 @@ async def _finish_after(store: Any, rollout_id: str, delay: float, status: str =
     await store.update_rollout(rollout_id, status=status)
 
 
-async def _wait_blocked(task: asyncio.Task[Any], seconds: float = 0.2) -> None:
-    """Give a waiter time to block; it must not have returned yet."""
+async def _wait_blocked(task: asyncio.Task[Any], seconds: float = 0.215) -> None:
+    """Give a waiter time to block; it must not have returned yet.
+
+    The default is deliberately not a multiple of common polling periods (0.05 s, 0.1 s, 0.2 s ...), so that a
+    polling implementation cannot pass the latency assertions by being phase-aligned with the test.
+    """
     await asyncio.sleep(seconds)
     assert not task.done(), "wait_for_rollouts returned before any rollout finished"
+
+
+async def _wake_latency(waiters: list[asyncio.Task[Any]], finish: Awaitable[Any]) -> float:
+    """Seconds between the end of ``finish`` (the terminal status is then stored) and the last waiter returning.
+
+    A waiter that already returned while ``finish`` was still running counts as zero latency.
+    """
+    done_at: list[float] = []
+    for waiter in waiters:
+        waiter.add_done_callback(lambda _: done_at.append(time.perf_counter()))
+    await finish
+    finished_at = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*waiters), timeout=5.0)
+    assert len(done_at) == len(waiters)
+    return max(0.0, max(done_at) - finished_at)
 
 
 FINISHERS: dict[str, Callable[[Any, Any], Awaitable[Any]]] = {
@@ -55,10 +74,8 @@ async def test_waiter_wakes_within_50ms_of_terminal_status(store: Any, traits: B
     rollout = await store.start_rollout(input="x")
     waiter = asyncio.create_task(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=None))
     await _wait_blocked(waiter)
-    started = time.perf_counter()
-    await FINISHERS[finisher](store, rollout)
-    result = await asyncio.wait_for(waiter, timeout=5.0)
-    latency = time.perf_counter() - started
+    latency = await _wake_latency([waiter], FINISHERS[finisher](store, rollout))
+    result = waiter.result()
     assert [r.rollout_id for r in result] == [rollout.rollout_id]
     assert result[0].status == EXPECTED_STATUS[finisher]
     assert latency < EVENT_LATENCY, f"waiter woke {latency * 1000:.1f} ms after the status change"
@@ -69,11 +86,9 @@ async def test_waiter_with_deadline_wakes_within_50ms(store: Any, traits: Backen
     rollout = await store.enqueue_rollout(input="x")
     waiter = asyncio.create_task(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=30.0))
     await _wait_blocked(waiter)
-    started = time.perf_counter()
-    await store.update_rollout(rollout.rollout_id, status="cancelled")
-    result = await asyncio.wait_for(waiter, timeout=5.0)
-    assert time.perf_counter() - started < EVENT_LATENCY
-    assert [r.status for r in result] == ["cancelled"]
+    latency = await _wake_latency([waiter], store.update_rollout(rollout.rollout_id, status="cancelled"))
+    assert latency < EVENT_LATENCY
+    assert [r.status for r in waiter.result()] == ["cancelled"]
 
 
 async def test_waiting_for_several_returns_when_last_finishes(store: Any, traits: BackendTraits) -> None:
@@ -84,13 +99,12 @@ async def test_waiting_for_several_returns_when_last_finishes(store: Any, traits
     waiter = asyncio.create_task(
         store.wait_for_rollouts(rollout_ids=[first.rollout_id, second.rollout_id], timeout=5.0)
     )
-    await _wait_blocked(waiter, 0.1)
+    await _wait_blocked(waiter, 0.115)
     await store.update_attempt(first.rollout_id, "latest", status="succeeded")
     await _wait_blocked(waiter, 0.1)
-    started = time.perf_counter()
-    await store.update_attempt(second.rollout_id, "latest", status="failed")
-    result = await asyncio.wait_for(waiter, timeout=5.0)
-    assert time.perf_counter() - started < EVENT_LATENCY
+    latency = await _wake_latency([waiter], store.update_attempt(second.rollout_id, "latest", status="failed"))
+    assert latency < EVENT_LATENCY
+    result = waiter.result()
     assert [(r.rollout_id, r.status) for r in result] == [
         (first.rollout_id, "succeeded"),
         (second.rollout_id, "failed"),
@@ -164,7 +178,7 @@ async def test_rollouts_finishing_at_different_times(store: Any, traits: Backend
     rollouts = [await store.start_rollout(input=i) for i in range(3)]
     finishers = [
         asyncio.create_task(_finish_after(store, r.rollout_id, delay, status))
-        for r, delay, status in zip(rollouts, (0.15, 0.05, 0.1), ("succeeded", "failed", "cancelled"))
+        for r, delay, status in zip(rollouts, (0.15, 0.05, 0.1), ("succeeded", "failed", "cancelled"), strict=True)
     ]
     started = time.perf_counter()
     result = await store.wait_for_rollouts(rollout_ids=[r.rollout_id for r in rollouts], timeout=5.0)
@@ -194,12 +208,11 @@ async def test_concurrent_waiters_on_one_rollout(store: Any, traits: BackendTrai
     waiters = [
         asyncio.create_task(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=5.0)) for _ in range(5)
     ]
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.215)
     assert not any(w.done() for w in waiters)
-    started = time.perf_counter()
-    await store.update_rollout(rollout.rollout_id, status="succeeded")
-    results = await asyncio.wait_for(asyncio.gather(*waiters), timeout=5.0)
-    assert time.perf_counter() - started < 0.1
+    latency = await _wake_latency(waiters, store.update_rollout(rollout.rollout_id, status="succeeded"))
+    assert latency < EVENT_LATENCY
+    results = [w.result() for w in waiters]
     assert all([r.rollout_id for r in result] == [rollout.rollout_id] for result in results)
 
 
@@ -272,13 +285,15 @@ async def test_waiter_woken_by_another_thread(store: Any, traits: BackendTraits)
     rollout = await store.start_rollout(input="x")
     waiter = asyncio.create_task(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=None))
     await _wait_blocked(waiter)
+    done_at: list[float] = []
+    waiter.add_done_callback(lambda _: done_at.append(time.perf_counter()))
 
     def finish(_: int) -> float:
-        started = time.perf_counter()
         asyncio.run(store.update_rollout(rollout.rollout_id, status="succeeded"))
-        return started
+        return time.perf_counter()
 
-    started = (await asyncio.to_thread(run_in_threads, 1, finish))[0]
+    finished_at = (await asyncio.to_thread(run_in_threads, 1, finish))[0]
     result = await asyncio.wait_for(waiter, timeout=5.0)
-    assert time.perf_counter() - started < 0.1
+    await asyncio.sleep(0)  # let the done callback run
+    assert done_at and done_at[0] - finished_at < EVENT_LATENCY
     assert [r.status for r in result] == ["succeeded"]

@@ -225,11 +225,14 @@ async def test_empty_dequeue_creates_idle_worker(store: Any) -> None:
     assert worker.current_rollout_id is None
 
 
-async def test_empty_dequeue_many_marks_worker_idle(store: Any) -> None:
-    assert list(await store.dequeue_many_rollouts(limit=0, worker_id="worker-z")) == []
-    assert (await store.get_worker_by_id("worker-z")).status == "idle"
+async def test_empty_dequeue_many_marks_worker_idle(store: Any, traits: BackendTraits) -> None:
     assert list(await store.dequeue_many_rollouts(limit=2, worker_id="worker-y")) == []
     assert (await store.get_worker_by_id("worker-y")).status == "idle"
+    assert list(await store.dequeue_many_rollouts(limit=0, worker_id="worker-z")) == []
+    if traits.zero_limit_dequeue_records_worker:
+        assert (await store.get_worker_by_id("worker-z")).status == "idle"
+    else:
+        assert await store.get_worker_by_id("worker-z") is None
 
 
 async def test_empty_dequeue_stamps_idle_time_only_on_transition(

@@ -244,3 +244,29 @@ def test_attempted_rollout_rejects_inconsistent_rollout_id() -> None:
     attempt = Attempt(rollout_id="ro-other", attempt_id="at-1", sequence_id=1, start_time=1.0)
     with pytest.raises(ValueError, match="Inconsistent rollout_id between Rollout and Attempt"):
         AttemptedRollout(rollout_id="ro-1", input=None, start_time=1.0, attempt=attempt)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The abstract LightningStore (section 3 preamble, 2.13)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+async def test_abstract_store_defaults() -> None:
+    from rollouthub.store.base import LightningStore
+
+    class BareStore(LightningStore):
+        pass
+
+    store = BareStore()
+    capabilities = store.capabilities
+    for flag in ("thread_safe", "async_safe", "zero_copy", "otlp_traces"):
+        assert not capabilities.get(flag, False), flag
+    assert await store.statistics() == {"name": "BareStore"}
+    with pytest.raises(NotImplementedError):
+        store.otlp_traces_endpoint()
+    with pytest.raises(NotImplementedError):
+        await store.enqueue_rollout(input="x")
+    with pytest.raises(NotImplementedError):
+        await store.query_spans("ro-1")
+    with pytest.raises(NotImplementedError):
+        await store.wait_for_rollouts(rollout_ids=["ro-1"], timeout=0)
