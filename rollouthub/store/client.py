@@ -1,0 +1,1037 @@
+"""``LightningStoreClient``: the :class:`~rollouthub.store.base.LightningStore` contract over HTTP (store.md 12).
+
+The client talks to a ``LightningStoreServer`` (or a reference Agent Lightning v0.3 server) through the REST routes
+of store.md 11.6. Highlights:
+
+* one ``aiohttp.ClientSession`` per running event loop (tracer exporters flush on their own loops/threads, and a
+  session bound to another loop can hang);
+* the retry schedule ``(0,) + retry_delays`` with health probing between attempts (12.3); dequeue calls are never
+  retried (12.4);
+* both error shapes are understood: our server answers **400** ``{"detail", "error_type"}`` for invalid input and
+  store ``ValueError``\\ s, a reference server answers **500** ``{"detail", "error_type", "traceback"}``. Errors
+  surface as :class:`LightningStoreHTTPError` (an ``aiohttp.ClientResponseError`` carrying ``status``, the server's
+  ``detail`` and ``error_type``); rejected input and remote ``ValueError``\\ s additionally derive from
+  ``ValueError`` (:class:`LightningStoreRemoteValueError`); a 401 raises :class:`LightningStoreAuthError` and is
+  never retried or swallowed;
+* optional bearer-token authentication (``api_token`` or the ``ROLLOUTHUB_API_TOKEN`` environment variable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json as _json
+import logging
+import os
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncGenerator, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from rollouthub.types import (
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    Span,
+    TaskInput,
+    Worker,
+    WorkerStatus,
+)
+
+from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = [
+    "API_TOKEN_ENV",
+    "LightningStoreAuthError",
+    "LightningStoreClient",
+    "LightningStoreHTTPError",
+    "LightningStoreRemoteValueError",
+]
+
+logger = logging.getLogger(__name__)
+
+API_TOKEN_ENV = "ROLLOUTHUB_API_TOKEN"
+"""Environment variable holding the bearer token sent when ``api_token`` is not given."""
+
+WAIT_TIMEOUT_CAP = 0.1
+"""Largest ``wait_for_rollouts(timeout=...)`` the client accepts (store.md 12.6)."""
+
+_WAIT_TIMEOUT_MESSAGE = "Timeout must be less than 0.1 seconds in LightningStoreClient to avoid blocking the event loop"
+
+_MAX_CONCURRENT_SPAN_POSTS = 8
+"""Upper bound of concurrent ``POST /spans`` requests issued by one ``add_many_spans`` call."""
+
+_q = partial(quote, safe="")
+"""Percent-encode one path segment (ids may contain ``/``, ``?`` ...)."""
+
+_RETRYABLE_NETWORK_ERRORS: Tuple[type[BaseException], ...] = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
+"""Network/session failures that are retried (server disconnected, connector and OS-level errors, timeouts)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class LightningStoreHTTPError(aiohttp.ClientResponseError):
+    """An error response of the store server.
+
+    It is an ``aiohttp.ClientResponseError`` (``status`` is the HTTP status) enriched with what the server said:
+
+    Attributes:
+        detail: the server's ``detail`` message (for a reference server's generic 500, the exception message recovered
+            from the reported traceback); for validation errors (422) a readable summary of the failing fields.
+        error_type: the class name of the server-side exception (``"ValueError"``, ``"RequestValidationError"`` ...),
+            when the server reported one.
+        server_traceback: the formatted server-side traceback (reference servers only).
+    """
+
+    def __init__(
+        self,
+        request_info: Any,
+        history: Tuple[Any, ...],
+        *,
+        status: int,
+        detail: str,
+        error_type: Optional[str] = None,
+        server_traceback: Optional[str] = None,
+        headers: Any = None,
+    ) -> None:
+        super().__init__(request_info, history, status=status, message=detail, headers=headers)
+        self.detail = detail
+        self.error_type = error_type
+        self.server_traceback = server_traceback
+
+    def __str__(self) -> str:
+        kind = f" {self.error_type}" if self.error_type else ""
+        url = getattr(self.request_info, "real_url", None)
+        where = f" ({url})" if url is not None else ""
+        return f"{self.status}{kind}: {self.detail}{where}"
+
+    def __reduce__(self) -> Any:  # ClientResponseError does not round-trip through pickle by default.
+        return (
+            _rebuild_http_error,
+            (type(self), self.status, self.detail, self.error_type, self.server_traceback),
+        )
+
+
+class LightningStoreRemoteValueError(LightningStoreHTTPError, ValueError):
+    """The server rejected the input (400/422) or the store raised a ``ValueError`` (e.g. an unknown rollout id)."""
+
+
+class LightningStoreAuthError(LightningStoreHTTPError, PermissionError):
+    """The server answered 401: the bearer token is missing or wrong. Never retried, never swallowed."""
+
+
+def _rebuild_http_error(
+    cls: type[LightningStoreHTTPError],
+    status: int,
+    detail: str,
+    error_type: Optional[str],
+    server_traceback: Optional[str],
+) -> LightningStoreHTTPError:
+    return cls(None, (), status=status, detail=detail, error_type=error_type, server_traceback=server_traceback)
+
+
+def _summarize_validation_detail(detail: Sequence[Any]) -> str:
+    """Turn FastAPI's 422 ``detail`` list into ``"body.status: Input should be ...; ..."``."""
+    parts: List[str] = []
+    for entry in detail:
+        if isinstance(entry, Mapping):
+            loc = ".".join(str(x) for x in entry.get("loc", ()) or ())
+            msg = str(entry.get("msg", entry))
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        else:
+            parts.append(str(entry))
+    return "; ".join(parts) or "validation error"
+
+
+def _message_from_traceback(error_type: Optional[str], formatted: str) -> Optional[str]:
+    """Recover ``"<message>"`` from the last ``"<ErrorType>: <message>"`` line of a formatted traceback."""
+    for line in reversed(formatted.strip().splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        head, sep, rest = line.partition(": ")
+        if sep and (error_type is None or head.rsplit(".", 1)[-1] == error_type):
+            return rest
+        return None
+    return None
+
+
+def _make_http_error(response: aiohttp.ClientResponse, body: bytes) -> LightningStoreHTTPError:
+    """Build the exception describing an error response (any status >= 400) from its body."""
+    status = response.status
+    detail: str = response.reason or f"HTTP {status}"
+    error_type: Optional[str] = None
+    server_traceback: Optional[str] = None
+    payload: Any = None
+    if body:
+        try:
+            payload = _json.loads(body)
+        except ValueError:
+            text = body.decode("utf-8", errors="replace").strip()
+            if text:
+                detail = text[:2000]
+    if isinstance(payload, Mapping):
+        raw_detail = payload.get("detail")
+        error_type = payload.get("error_type") if isinstance(payload.get("error_type"), str) else None
+        tb = payload.get("traceback")
+        server_traceback = tb if isinstance(tb, str) else None
+        if isinstance(raw_detail, str):
+            detail = raw_detail
+        elif isinstance(raw_detail, list):
+            detail = _summarize_validation_detail(raw_detail)
+            error_type = error_type or "RequestValidationError"
+        elif raw_detail is not None:
+            detail = str(raw_detail)
+        if server_traceback and detail == "Internal server error":
+            detail = _message_from_traceback(error_type, server_traceback) or detail
+    if status == 401:
+        cls: type[LightningStoreHTTPError] = LightningStoreAuthError
+        if detail in ("Unauthorized", f"HTTP {status}"):
+            detail = f"Unauthorized: the store server requires a valid bearer token (api_token / {API_TOKEN_ENV})"
+    elif status in (400, 422) or error_type == "ValueError":
+        cls = LightningStoreRemoteValueError
+    else:
+        cls = LightningStoreHTTPError
+    return cls(
+        response.request_info,
+        response.history,
+        status=status,
+        detail=detail,
+        error_type=error_type,
+        server_traceback=server_traceback,
+        headers=response.headers,
+    )
+
+
+def _auth_error_from(exc: aiohttp.ClientResponseError) -> LightningStoreAuthError:
+    """Upgrade a bare 401 ``ClientResponseError`` (from ``raise_for_status``) to :class:`LightningStoreAuthError`."""
+    return LightningStoreAuthError(
+        exc.request_info,
+        exc.history,
+        status=exc.status,
+        detail=f"Unauthorized: the store server requires a valid bearer token (api_token / {API_TOKEN_ENV})",
+        headers=exc.headers,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Payload helpers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _dump_config(config: Any) -> Any:
+    """JSON form of a rollout config (``RolloutConfig``, plain mapping or ``None``)."""
+    if isinstance(config, BaseModel):
+        return config.model_dump(mode="json")
+    return to_jsonable_python(config) if config is not None else None
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data; plain JSON values are returned untouched (fast path)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return to_jsonable_python(value)
+
+
+def _wire_limit(limit: int) -> int:
+    """The ``limit`` to send: the HTTP API rejects ``0`` (quirk 16.2.15), so ask for one item and drop it."""
+    return 1 if limit == 0 else limit
+
+
+def _page(data: Mapping[str, Any], parse: Any, limit: int) -> PaginatedResult[Any]:
+    """A ``PaginatedResult`` from the server's JSON page, honouring a requested ``limit`` of ``0``."""
+    if limit == 0:
+        return PaginatedResult(items=[], limit=0, offset=data["offset"], total=data["total"])
+    return PaginatedResult(
+        items=[parse(item) for item in data["items"]],
+        limit=data["limit"],
+        offset=data["offset"],
+        total=data["total"],
+    )
+
+
+def _parse_rollout(data: Mapping[str, Any]) -> Union[Rollout, AttemptedRollout]:
+    """A rollout JSON object, in its attempted form when it carries an ``attempt``."""
+    if data.get("attempt") is not None:
+        return AttemptedRollout.model_validate(data)
+    return Rollout.model_validate(data)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sessions
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+    """An async generator whose ``finally`` closes ``session``.
+
+    Once started, the generator is registered with its event loop (asyncgen hooks); ``asyncio.run`` finalizes every
+    registered generator (``loop.shutdown_asyncgens()``) before closing the loop, so a session created in a short-lived
+    loop (a tracer thread, ``asyncio.run`` in a worker thread) is closed on its own loop without an explicit ``close()``.
+    """
+    try:
+        yield
+    finally:
+        if not session.closed:
+            await session.close()
+
+
+class _SessionEntry:
+    """A cached session, the loop it belongs to and the generator that closes it when that loop shuts down."""
+
+    __slots__ = ("loop", "session", "_guard")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+        self.loop = loop
+        self.session = session
+        guard: Optional[AsyncGenerator[None, None]] = _close_at_loop_shutdown(session)
+        try:
+            # Run the generator up to its ``yield`` synchronously (no await happens before it); this registers it
+            # with the running loop through the asyncgen "firstiter" hook.
+            guard.asend(None).send(None)  # type: ignore[union-attr]
+        except StopIteration:
+            pass
+        except Exception:  # pragma: no cover - defensive: fall back to explicit closing only
+            guard = None
+        self._guard = guard
+
+    async def aclose(self) -> None:
+        """Close the session (and finish the guard generator, so it is not finalized again later)."""
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            await guard.aclose()
+        elif not self.session.closed:
+            await self.session.close()
+
+
+_LIVE_CLIENTS: weakref.WeakSet[LightningStoreClient] = weakref.WeakSet()
+"""Every client of this process, so that a forked child can drop the sessions it inherited."""
+
+
+def _forget_sessions_after_fork() -> None:
+    """In a forked child, drop inherited sessions (their sockets belong to the parent) and reset the locks."""
+    for client in list(_LIVE_CLIENTS):
+        client._lock = threading.Lock()
+        client._sessions = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sessions_after_fork)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The client
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class LightningStoreClient(LightningStore):
+    """A :class:`LightningStore` backed by a remote store server reached over HTTP.
+
+    Args:
+        server_address: root URL of the server, e.g. ``"http://127.0.0.1:4747"`` (a trailing ``/`` is ignored).
+        retry_delays: delays (seconds) before the 2nd, 3rd, ... attempt of a request; the schedule is
+            ``(0,) + retry_delays``. ``()`` means a single attempt.
+        health_retry_delays: delays between health probes after a failed attempt; ``()`` disables probing.
+        request_timeout: total and socket-read timeout of one request.
+        connection_timeout: connect timeout of one request.
+        api_token: bearer token sent as ``Authorization: Bearer <token>``; defaults to the ``ROLLOUTHUB_API_TOKEN``
+            environment variable (unset or empty → no header).
+    """
+
+    def __init__(
+        self,
+        server_address: str,
+        *,
+        retry_delays: Sequence[float] = (1.0, 2.0, 5.0),
+        health_retry_delays: Sequence[float] = (0.1, 0.2, 0.5),
+        request_timeout: float = 30.0,
+        connection_timeout: float = 5.0,
+        api_token: Optional[str] = None,
+    ) -> None:
+        self.server_address_root = server_address.rstrip("/")
+        self.server_address = self.server_address_root + "/v1/agl"
+        self.retry_delays: Tuple[float, ...] = tuple(float(d) for d in retry_delays)
+        self.health_retry_delays: Tuple[float, ...] = tuple(float(d) for d in health_retry_delays)
+        self.request_timeout = float(request_timeout)
+        self.connection_timeout = float(connection_timeout)
+        if api_token is None:
+            api_token = os.environ.get(API_TOKEN_ENV) or None
+        self.api_token: Optional[str] = api_token
+        self._init_runtime_state()
+
+    def _init_runtime_state(self) -> None:
+        """(Re)create everything that is not pickled: sessions, lock, derived constants, dequeue log state."""
+        self._lock = threading.Lock()
+        self._sessions: Dict[int, _SessionEntry] = {}
+        self._attempt_schedule: Tuple[float, ...] = (0.0,) + self.retry_delays
+        self._health_url = self.server_address + "/health"
+        self._dequeue_url = self.server_address + "/queues/rollouts/dequeue"
+        self._timeout = aiohttp.ClientTimeout(
+            total=self.request_timeout,
+            connect=self.connection_timeout,
+            sock_connect=self.connection_timeout,
+            sock_read=self.request_timeout,
+        )
+        probe_timeout = min(self.connection_timeout, self.request_timeout)
+        self._health_timeout = aiohttp.ClientTimeout(total=probe_timeout)
+        self._headers: Dict[str, str] = {"Authorization": f"Bearer {self.api_token}"} if self.api_token else {}
+        self._dequeue_was_successful = False
+        self._dequeue_failure_warned = False
+        _LIVE_CLIENTS.add(self)
+
+    # -- identity, pickling, lifecycle ---------------------------------------------------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickle only the addresses, delays, timeouts and token; sessions are recreated lazily."""
+        return {
+            "server_address_root": self.server_address_root,
+            "server_address": self.server_address,
+            "retry_delays": self.retry_delays,
+            "health_retry_delays": self.health_retry_delays,
+            "request_timeout": self.request_timeout,
+            "connection_timeout": self.connection_timeout,
+            "api_token": self.api_token,
+        }
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        """Restore the pickled configuration and fresh runtime state."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("api_token", None)
+        self._init_runtime_state()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.server_address_root!r})"
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        """All capabilities are True: the server does the locking and the client is usable from any loop/thread."""
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=True)
+
+    def otlp_traces_endpoint(self) -> str:
+        """The server's OTLP/HTTP traces endpoint, ``<root>/v1/traces``."""
+        return self.server_address_root + "/v1/traces"
+
+    async def close(self) -> None:
+        """Close every cached session (best effort: sessions of loops that are no longer running are dropped)."""
+        with self._lock:
+            entries = list(self._sessions.values())
+            self._sessions.clear()
+        try:
+            current: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for entry in entries:
+            try:
+                if entry.loop is current:
+                    await entry.aclose()
+                elif not entry.loop.is_closed() and entry.loop.is_running():
+                    asyncio.run_coroutine_threadsafe(entry.aclose(), entry.loop)
+                elif not entry.session.closed:
+                    entry.session.detach()
+            except Exception:  # pragma: no cover - best effort
+                logger.debug("Failed to close a LightningStoreClient session", exc_info=True)
+
+    # -- sessions ------------------------------------------------------------------------------------------------------
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        """The session of the running event loop, created on first use (or when the cached one was closed)."""
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.get(id(loop))
+        if entry is not None and entry.loop is loop and not entry.session.closed:
+            return entry.session
+        with self._lock:
+            entry = self._sessions.get(id(loop))
+            if entry is not None and entry.loop is loop and not entry.session.closed:
+                return entry.session
+            for key, other in list(self._sessions.items()):
+                if other.loop.is_closed() or other.session.closed:
+                    del self._sessions[key]
+                    if not other.session.closed:  # its loop is gone: it can never be closed properly
+                        other.session.detach()
+            session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+            self._sessions[id(loop)] = _SessionEntry(loop, session)
+            return session
+
+    async def _session(self) -> aiohttp.ClientSession:
+        """``_get_session()``, also accepting an awaitable result (tests may patch it with an async function)."""
+        session: Any = self._get_session()
+        if inspect.isawaitable(session):
+            session = await session
+        return session
+
+    # -- request machinery ---------------------------------------------------------------------------------------------
+
+    async def _send_once(self, session: aiohttp.ClientSession, method: str, url: str, json: Any, params: Any) -> Any:
+        """One HTTP exchange: JSON result on 2xx, :class:`LightningStoreHTTPError` otherwise."""
+        if method == "get":
+            context = session.get(url, params=params)
+        elif method == "post":
+            context = session.post(url, json=json, params=params)
+        else:
+            raise ValueError(f"Unsupported HTTP method: {method!r}")
+        async with context as response:
+            if response.status >= 400:
+                body = await response.read()
+                raise _make_http_error(response, body)
+            body = await response.read()
+        return _json.loads(body) if body else None
+
+    async def _request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+    ) -> Any:
+        """Send a request to ``server_address + path`` with the retry algorithm of store.md 12.3.
+
+        Attempts follow ``(0,) + retry_delays``. 4xx responses (except 408) are raised at once; 408/5xx responses and
+        network errors are retried after a successful health probe (an unhealthy server stops the retries). The
+        last error is raised when the schedule is exhausted.
+        """
+        method = method.lower()
+        url = self.server_address + path
+        last_error: Optional[BaseException] = None
+        for delay in self._attempt_schedule:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            session = await self._session()
+            try:
+                return await self._send_once(session, method, url, json, params)
+            except aiohttp.ClientResponseError as exc:
+                if 400 <= exc.status < 500 and exc.status != 408:
+                    if exc.status == 401 and not isinstance(exc, LightningStoreAuthError):
+                        raise _auth_error_from(exc) from exc
+                    raise
+                last_error = exc
+                logger.debug("%s %s failed with HTTP %s; will retry if healthy", method.upper(), path, exc.status)
+            except _RETRYABLE_NETWORK_ERRORS as exc:
+                last_error = exc
+                logger.debug("%s %s failed: %r; will retry if healthy", method.upper(), path, exc)
+            if not await self._wait_until_healthy(session):
+                logger.debug("Store server at %s is not healthy; giving up on %s", self.server_address_root, path)
+                break
+        assert last_error is not None
+        raise last_error
+
+    async def _wait_until_healthy(self, session: aiohttp.ClientSession) -> bool:
+        """Probe ``GET <server_address>/health`` up to ``len(health_retry_delays) + 1`` times; True on a 200."""
+        delays = self.health_retry_delays
+        if not delays:
+            return True
+        for index in range(len(delays) + 1):
+            try:
+                async with session.get(self._health_url, timeout=self._health_timeout) as response:
+                    if response.status == 200:
+                        return True
+            except Exception:
+                logger.debug("Health probe of %s failed", self._health_url, exc_info=True)
+            if index < len(delays):
+                await asyncio.sleep(delays[index])
+        return False
+
+    async def _dequeue_batch(self, limit: int, worker_id: Optional[str]) -> List[AttemptedRollout]:
+        """Shared dequeue helper (store.md 12.4): one request, no retries; failures mean "nothing available"."""
+        if limit <= 0:
+            return []
+        payload: Dict[str, Any] = {"limit": limit}
+        if worker_id is not None:
+            payload["worker_id"] = worker_id
+        try:
+            session = await self._session()
+            async with session.post(self._dequeue_url, json=payload) as response:
+                response.raise_for_status()
+                data = await response.json()
+            result = [AttemptedRollout.model_validate(item) for item in data or ()]
+        except aiohttp.ClientResponseError as exc:
+            if exc.status == 401:
+                raise _auth_error_from(exc) from exc
+            self._log_dequeue_failure(exc)
+            return []
+        except Exception as exc:
+            self._log_dequeue_failure(exc)
+            return []
+        self._dequeue_was_successful = True
+        return result
+
+    def _log_dequeue_failure(self, exc: BaseException) -> None:
+        if self._dequeue_was_successful and not self._dequeue_failure_warned:
+            self._dequeue_failure_warned = True
+            logger.warning("Dequeue from %s failed (treated as an empty queue): %r", self.server_address, exc)
+        else:
+            logger.debug("Dequeue from %s failed (treated as an empty queue): %r", self.server_address, exc)
+
+    # -- statistics ----------------------------------------------------------------------------------------------------
+
+    async def statistics(self) -> LightningStoreStatistics:
+        """The server store's statistics (``GET /statistics``)."""
+        return await self._request_json("get", "/statistics")
+
+    # -- rollouts and the queue ----------------------------------------------------------------------------------------
+
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        """Create a rollout with its first attempt (``POST /rollouts``)."""
+        data = await self._request_json(
+            "post",
+            "/rollouts",
+            json={
+                "input": _jsonable(input),
+                "mode": mode,
+                "resources_id": resources_id,
+                "config": _dump_config(config),
+                "metadata": _jsonable(metadata),
+                "worker_id": worker_id,
+            },
+        )
+        return AttemptedRollout.model_validate(data)
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Dict[str, Any] | None = None,
+    ) -> Rollout:
+        """Enqueue one rollout (``POST /queues/rollouts/enqueue`` with a single-item list)."""
+        item = {
+            "input": _jsonable(input),
+            "mode": mode,
+            "resources_id": resources_id,
+            "config": _dump_config(config),
+            "metadata": _jsonable(metadata),
+        }
+        data = await self._request_json("post", "/queues/rollouts/enqueue", json={"rollouts": [item]})
+        if not data:
+            raise RuntimeError("enqueue_rollout returned no rollouts")
+        return Rollout.model_validate(data[0])
+
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> Sequence[Rollout]:
+        """Enqueue several rollouts in one request (no request at all for an empty input)."""
+        if not rollouts:
+            return []
+        items = [
+            r.model_dump(mode="json")
+            if isinstance(r, BaseModel)
+            else EnqueueRolloutRequest.model_validate(r).model_dump(mode="json")
+            for r in rollouts
+        ]
+        data = await self._request_json("post", "/queues/rollouts/enqueue", json={"rollouts": items})
+        return [Rollout.model_validate(item) for item in data or ()]
+
+    async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
+        """Claim the next queued rollout; ``None`` when empty or on any failure (never retried)."""
+        result = await self._dequeue_batch(1, worker_id)
+        return result[0] if result else None
+
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None
+    ) -> Sequence[AttemptedRollout]:
+        """Claim up to ``limit`` queued rollouts; ``[]`` for ``limit <= 0`` (no request) or on any failure."""
+        return await self._dequeue_batch(limit, worker_id)
+
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        """Create a new attempt (``POST /rollouts/{id}/attempts``)."""
+        body = {"worker_id": worker_id} if worker_id is not None else None
+        data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts", json=body)
+        return AttemptedRollout.model_validate(data)
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        sort_by: str | None = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+        status: Sequence[RolloutStatus] | None = None,
+        rollout_ids: Sequence[str] | None = None,
+    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        """Query rollouts (``POST /rollouts/search``); deprecated ``status``/``rollout_ids`` resolve client-side."""
+        if status is not None and status_in is None:
+            warnings.warn("status is deprecated, use status_in instead", DeprecationWarning, stacklevel=2)
+            status_in = status
+        if rollout_ids is not None and rollout_id_in is None:
+            warnings.warn("rollout_ids is deprecated, use rollout_id_in instead", DeprecationWarning, stacklevel=2)
+            rollout_id_in = rollout_ids
+        body: Dict[str, Any] = {"limit": _wire_limit(limit), "offset": offset, "filter_logic": filter_logic}
+        if status_in is not None:
+            body["status_in"] = list(status_in)
+        if rollout_id_in is not None:
+            body["rollout_id_in"] = list(rollout_id_in)
+        if rollout_id_contains is not None:
+            body["rollout_id_contains"] = rollout_id_contains
+        if sort_by is not None:
+            body["sort_by"] = sort_by
+            body["sort_order"] = sort_order
+        data = await self._request_json("post", "/rollouts/search", json=body)
+        return _page(data, _parse_rollout, limit)
+
+    async def get_rollout_by_id(self, rollout_id: str) -> Union[Rollout, AttemptedRollout, None]:
+        """The rollout or ``None`` (also ``None`` when the request fails after retries, as a reference server
+        answers 500 for unknown ids)."""
+        try:
+            data = await self._request_json("get", f"/rollouts/{_q(rollout_id)}")
+        except LightningStoreAuthError:
+            raise
+        except Exception as exc:
+            logger.debug("get_rollout_by_id(%s) failed: %r", rollout_id, exc)
+            return None
+        return _parse_rollout(data) if data else None
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | None | Unset = UNSET,
+        resources_id: str | None | Unset = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: Dict[str, Any] | None | Unset = UNSET,
+    ) -> Rollout:
+        """Update the provided fields (``POST /rollouts/{id}``); ``status=None``/``config=None`` → HTTP 400."""
+        body: Dict[str, Any] = {}
+        if input is not UNSET:
+            body["input"] = _jsonable(input)
+        if mode is not UNSET:
+            body["mode"] = mode
+        if resources_id is not UNSET:
+            body["resources_id"] = resources_id
+        if status is not UNSET:
+            body["status"] = status
+        if config is not UNSET:
+            body["config"] = _dump_config(config)
+        if metadata is not UNSET:
+            body["metadata"] = _jsonable(metadata)
+        data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}", json=body)
+        return Rollout.model_validate(data)
+
+    # -- attempts ------------------------------------------------------------------------------------------------------
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        """Attempts of a rollout (``POST /rollouts/{id}/attempts/search``)."""
+        body: Dict[str, Any] = {"limit": _wire_limit(limit), "offset": offset}
+        if sort_by is not None:
+            body["sort_by"] = sort_by
+            body["sort_order"] = sort_order
+        data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts/search", json=body)
+        return _page(data, Attempt.model_validate, limit)
+
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        """The latest attempt or ``None`` (also when the request fails after retries)."""
+        try:
+            data = await self._request_json("get", f"/rollouts/{_q(rollout_id)}/attempts/latest")
+        except LightningStoreAuthError:
+            raise
+        except Exception as exc:
+            logger.error("get_latest_attempt(%s) failed: %r", rollout_id, exc)
+            return None
+        return Attempt.model_validate(data) if data else None
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: Dict[str, Any] | None | Unset = UNSET,
+    ) -> Attempt:
+        """Update the provided attempt fields (``POST /rollouts/{id}/attempts/{aid}``)."""
+        body: Dict[str, Any] = {}
+        if status is not UNSET:
+            body["status"] = status
+        if worker_id is not UNSET:
+            body["worker_id"] = worker_id
+        if last_heartbeat_time is not UNSET:
+            body["last_heartbeat_time"] = last_heartbeat_time
+        if metadata is not UNSET:
+            body["metadata"] = _jsonable(metadata)
+        data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}", json=body)
+        return Attempt.model_validate(data)
+
+    # -- resources -----------------------------------------------------------------------------------------------------
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        """Query resource snapshots (``GET /resources``)."""
+        params: Dict[str, str] = {"limit": str(_wire_limit(limit)), "offset": str(offset)}
+        if sort_by is not None:
+            params["sort_by"] = sort_by
+            params["sort_order"] = sort_order
+        if resources_id is not None:
+            params["resources_id"] = resources_id
+        if resources_id_contains is not None:
+            params["resources_id_contains"] = resources_id_contains
+        data = await self._request_json("get", "/resources", params=params)
+        return _page(data, ResourcesUpdate.model_validate, limit)
+
+    @staticmethod
+    def _dump_resources(resources: NamedResources) -> Dict[str, Any]:
+        return {
+            name: res.model_dump(mode="json") if isinstance(res, BaseModel) else to_jsonable_python(res)
+            for name, res in resources.items()
+        }
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        """Store a new snapshot (``POST /resources``)."""
+        data = await self._request_json("post", "/resources", json=self._dump_resources(resources))
+        return ResourcesUpdate.model_validate(data)
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        """Upsert a snapshot by id (``POST /resources/{id}``)."""
+        data = await self._request_json("post", f"/resources/{_q(resources_id)}", json=self._dump_resources(resources))
+        return ResourcesUpdate.model_validate(data)
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        """One snapshot or ``None`` (also when the request fails after retries)."""
+        try:
+            data = await self._request_json("get", f"/resources/{_q(resources_id)}")
+        except LightningStoreAuthError:
+            raise
+        except Exception as exc:
+            logger.error("get_resources_by_id(%s) failed: %r", resources_id, exc)
+            return None
+        return ResourcesUpdate.model_validate(data) if data else None
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        """The latest snapshot or ``None`` (also when the request fails after retries)."""
+        try:
+            data = await self._request_json("get", "/resources/latest")
+        except LightningStoreAuthError:
+            raise
+        except Exception as exc:
+            logger.error("get_latest_resources() failed: %r", exc)
+            return None
+        return ResourcesUpdate.model_validate(data) if data else None
+
+    # -- spans ---------------------------------------------------------------------------------------------------------
+
+    async def add_span(self, span: Span) -> Span | None:
+        """Insert one span (``POST /spans``); ``None`` for a duplicate."""
+        data = await self._request_json("post", "/spans", json=span.model_dump(mode="json"))
+        return Span.model_validate(data) if data else None
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        """Insert spans with one ``add_span`` per span; returns the newly stored ones.
+
+        Spans are processed group by group (same ``rollout_id`` and ``attempt_id``, in order of first appearance),
+        like the in-process stores: an error in one group (e.g. unknown rollout) is raised before later groups are
+        sent. Within a group up to 8 requests run concurrently; repeated span ids are sent after their first
+        occurrence, so the first one wins and the repeats come back as duplicates.
+        """
+        if not spans:
+            return []
+        groups: Dict[Tuple[str, str], List[Span]] = {}
+        for span in spans:
+            groups.setdefault((span.rollout_id, span.attempt_id), []).append(span)
+        stored: List[Span] = []
+        for group in groups.values():
+            if len(group) == 1:
+                result = await self.add_span(group[0])
+                if result is not None:
+                    stored.append(result)
+                continue
+            stored.extend(await self._add_span_group(group))
+        return stored
+
+    async def _add_span_group(self, group: List[Span]) -> List[Span]:
+        """Send the spans of one (rollout, attempt) group concurrently; results in input order."""
+        semaphore = asyncio.Semaphore(_MAX_CONCURRENT_SPAN_POSTS)
+        previous_by_span_id: Dict[str, asyncio.Task[Optional[Span]]] = {}
+
+        async def send(span: Span, after: Optional[asyncio.Task[Optional[Span]]]) -> Optional[Span]:
+            if after is not None:
+                await asyncio.wait([after])
+            async with semaphore:
+                return await self.add_span(span)
+
+        tasks: List[asyncio.Task[Optional[Span]]] = []
+        for span in group:
+            task = asyncio.ensure_future(send(span, previous_by_span_id.get(span.span_id)))
+            previous_by_span_id[span.span_id] = task
+            tasks.append(task)
+        try:
+            await asyncio.wait(tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        for task in tasks:  # surface the first failure in input order
+            if task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return [result for result in (task.result() for task in tasks) if result is not None]
+
+    async def add_otel_span(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        readable_span: ReadableSpan,
+        sequence_id: int | None = None,
+    ) -> Span | None:
+        """Convert an OpenTelemetry span locally (allocating a sequence id when needed) and ``add_span`` it."""
+        if sequence_id is None:
+            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
+        span = Span.from_opentelemetry(
+            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
+        )
+        return await self.add_span(span)
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        """Allocate the next span sequence id (``POST /spans/next``)."""
+        data = await self._request_json(
+            "post", "/spans/next", json={"rollout_id": rollout_id, "attempt_id": attempt_id}
+        )
+        return int(data["sequence_id"])
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[Tuple[str, str]]) -> Sequence[int]:
+        """Allocate one id per pair, sequentially and in input order."""
+        return [await self.get_next_span_sequence_id(rid, aid) for rid, aid in rollout_attempt_ids]
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> PaginatedResult[Span]:
+        """Query the spans of a rollout (``POST /spans/search``)."""
+        body: Dict[str, Any] = {
+            "rollout_id": rollout_id,
+            "limit": _wire_limit(limit),
+            "offset": offset,
+            "filter_logic": filter_logic,
+        }
+        if attempt_id is not None:
+            body["attempt_id"] = attempt_id
+        for key, value in (
+            ("trace_id", trace_id),
+            ("trace_id_contains", trace_id_contains),
+            ("span_id", span_id),
+            ("span_id_contains", span_id_contains),
+            ("parent_id", parent_id),
+            ("parent_id_contains", parent_id_contains),
+            ("name", name),
+            ("name_contains", name_contains),
+        ):
+            if value is not None:
+                body[key] = value
+        if sort_by is not None:
+            body["sort_by"] = sort_by
+            body["sort_order"] = sort_order
+        data = await self._request_json("post", "/spans/search", json=body)
+        return _page(data, Span.model_validate, limit)
+
+    # -- waiting -------------------------------------------------------------------------------------------------------
+
+    async def wait_for_rollouts(self, *, rollout_ids: List[str], timeout: float | None = None) -> List[Rollout]:
+        """Finished rollouts among ``rollout_ids`` after waiting up to ``timeout`` (at most 0.1 s) on the server.
+
+        Raises:
+            ValueError: ``timeout`` is larger than 0.1 s (the server blocks the HTTP request while waiting).
+        """
+        if timeout is not None and timeout > WAIT_TIMEOUT_CAP:
+            raise ValueError(_WAIT_TIMEOUT_MESSAGE)
+        if timeout is not None and timeout < 0:
+            timeout = 0.0  # "check once", as in the in-process stores; servers may reject negative timeouts
+        data = await self._request_json(
+            "post", "/waits/rollouts", json={"rollout_ids": list(rollout_ids), "timeout": timeout}
+        )
+        return [Rollout.model_validate(item) for item in data or ()]
+
+    # -- workers -------------------------------------------------------------------------------------------------------
+
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        sort_by: str | None = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        """Query workers (``POST /workers/search``; ``limit``/``offset`` are forwarded, fixing quirk 16.2.7)."""
+        body: Dict[str, Any] = {"filter_logic": filter_logic, "limit": _wire_limit(limit), "offset": offset}
+        if status_in is not None:
+            body["status_in"] = list(status_in)
+        if worker_id_contains is not None:
+            body["worker_id_contains"] = worker_id_contains
+        if sort_by is not None:
+            body["sort_by"] = sort_by
+            body["sort_order"] = sort_order
+        data = await self._request_json("post", "/workers/search", json=body)
+        return _page(data, Worker.model_validate, limit)
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        """One worker or ``None`` (errors are raised)."""
+        data = await self._request_json("get", f"/workers/{_q(worker_id)}")
+        return Worker.model_validate(data) if data else None
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: Dict[str, Any] | Unset = UNSET) -> Worker:
+        """Record a heartbeat (``POST /workers/{id}``); ``heartbeat_stats=None`` → HTTP 400."""
+        body = None if heartbeat_stats is UNSET else {"heartbeat_stats": _jsonable(heartbeat_stats)}
+        data = await self._request_json("post", f"/workers/{_q(worker_id)}", json=body)
+        return Worker.model_validate(data)
