@@ -7,10 +7,19 @@ declaration order).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Dict, Generic, List, Literal, Optional, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, Generic, List, Literal, Optional, Protocol, TypeVar, Union, overload
 
 from pydantic import BaseModel, Field, model_validator
 from typing_extensions import TypedDict
+
+from .tracer import Span, SpanCoreFields
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from rollouthub.litagent import LitAgent
+    from rollouthub.runner.base import Runner
+    from rollouthub.tracer.base import Tracer
 
 __all__ = [
     "RolloutStatus",
@@ -29,6 +38,15 @@ __all__ = [
     "SortOptions",
     "PaginatedResult",
     "Triplet",
+    "RolloutRawResult",
+    "Dataset",
+    "ParallelWorkerBase",
+    "Hook",
+    "Task",
+    "TaskIfAny",
+    "RolloutLegacy",
+    "RolloutRawResultLegacy",
+    "GenericResponse",
 ]
 
 RolloutStatus = Literal["queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing"]
@@ -185,3 +203,135 @@ class Triplet(BaseModel):
     response: Any
     reward: Optional[float] = None
     metadata: Dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runtime types (runtime.md 2.1)
+# ---------------------------------------------------------------------------------------------------------------
+
+T_co = TypeVar("T_co", covariant=True)
+
+RolloutRawResult = Union[None, float, List["ReadableSpan"], List[Span], List[SpanCoreFields]]
+"""Values a rollout method may return (runtime.md 9.4): nothing, a final reward, or spans to store."""
+
+
+class Dataset(Protocol[T_co]):
+    """A sized, indexable collection of tasks; plain lists qualify."""
+
+    def __getitem__(self, index: int) -> T_co:
+        """Return the item at ``index``."""
+        ...
+
+    def __len__(self) -> int:
+        """Return the number of items."""
+        ...
+
+
+class ParallelWorkerBase:
+    """Lifecycle base class of components that run in (possibly several) worker processes.
+
+    Order of use: :meth:`init` once in the main process, :meth:`init_worker` in each worker, :meth:`run`,
+    :meth:`teardown_worker` in each worker, :meth:`teardown` once. All methods are no-ops by default.
+    """
+
+    worker_id: Optional[int] = None
+
+    def init(self, *args: Any, **kwargs: Any) -> None:
+        """Initialise once in the main process."""
+
+    def init_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
+        """Initialise inside a worker; remembers ``worker_id``."""
+        self.worker_id = worker_id
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the worker."""
+
+    def teardown_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
+        """Tear down inside a worker."""
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        """Tear down once in the main process."""
+
+
+class Hook(ParallelWorkerBase):
+    """Runner callbacks; every method is an async no-op taking keyword-only arguments.
+
+    Order within one rollout: :meth:`on_rollout_start`, :meth:`on_trace_start`, :meth:`on_trace_end`,
+    :meth:`on_rollout_end`.
+    """
+
+    async def on_rollout_start(self, *, agent: LitAgent[Any], runner: Runner[Any], rollout: Rollout) -> None:
+        """Called before the trace context of a rollout is opened."""
+
+    async def on_trace_start(
+        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
+    ) -> None:
+        """Called right after the trace context is opened, before the agent runs."""
+
+    async def on_trace_end(
+        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
+    ) -> None:
+        """Called right after the agent returned, before the trace context closes."""
+
+    async def on_rollout_end(
+        self,
+        *,
+        agent: LitAgent[Any],
+        runner: Runner[Any],
+        rollout: Rollout,
+        spans: Union[List[ReadableSpan], List[Span]],
+    ) -> None:
+        """Called after the rollout result has been written to the store, with the rollout's spans."""
+
+
+class Task(BaseModel):
+    """Deprecated (v0.1): a task handed out by the legacy server."""
+
+    rollout_id: str
+    input: TaskInput
+    mode: Optional[RolloutMode] = None
+    resources_id: Optional[str] = None
+    create_time: Optional[float] = None
+    last_claim_time: Optional[float] = None
+    num_claims: Optional[int] = None
+    metadata: Dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskIfAny(BaseModel):
+    """Deprecated (v0.1): the answer of a task poll."""
+
+    is_available: bool
+    task: Optional[Task] = None
+
+
+class RolloutLegacy(BaseModel):
+    """Deprecated (v0.1): the result of one rollout as posted to the legacy server."""
+
+    rollout_id: str
+    task: Optional[Task] = None
+    final_reward: Optional[float] = None
+    triplets: Optional[List[Triplet]] = None
+    trace: Optional[List[Dict[str, Any]]] = None
+    logs: Optional[List[str]] = None
+    metadata: Dict[str, Any] = Field(default_factory=dict)
+
+
+RolloutRawResultLegacy = Union[
+    None,
+    float,
+    List[Triplet],
+    List[Dict[str, Any]],
+    List["ReadableSpan"],
+    List[Span],
+    List[SpanCoreFields],
+    RolloutLegacy,
+]
+"""Deprecated: values a v0.1 rollout method may return."""
+
+
+class GenericResponse(BaseModel):
+    """Deprecated (v0.1): a generic server response."""
+
+    status: str = "success"
+    message: Optional[str] = None
+    data: Optional[Dict[str, Any]] = None

@@ -1,0 +1,6 @@
+"""Agents: ``LitAgent`` and the rollout decorators (runtime.md 5)."""
+
+from .decorator import llm_rollout, prompt_rollout, rollout
+from .litagent import LitAgent
+
+__all__ = ["LitAgent", "llm_rollout", "prompt_rollout", "rollout"]
