@@ -1,0 +1,422 @@
+"""A deterministic, OpenAI-compatible mock LLM server for tests and offline examples (runtime spec 18.2).
+
+Usage::
+
+    with MockOpenAIServer(reply={"What is 2+2?": "4"}) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="dummy")
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "What is 2+2?"}])
+
+The server runs uvicorn in a daemon thread on a free ``127.0.0.1`` port. Replies are a deterministic function of the
+request: a callable, a mapping (looked up by last user message, then by model, then ``"*"``), a constant string, or
+by default ``"echo: <last user message>"``. With ``"return_token_ids": true`` in the request body, responses carry
+``prompt_token_ids`` and ``choices[0].token_ids`` (the UTF-8 byte values of the prompt text and of the answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
+
+from fastapi import Request
+
+__all__ = ["MockOpenAIServer", "MockReply", "ReplySpec", "prompt_text", "last_user_message", "text_token_ids"]
+
+MockReply = Union[str, Dict[str, Any]]
+"""A reply: the assistant text, or a dict with ``content`` and optionally ``finish_reason``, ``tool_calls``."""
+
+ReplySpec = Union[None, str, Mapping[str, MockReply], Callable[[Dict[str, Any]], MockReply]]
+"""How the server answers: see :class:`MockOpenAIServer`."""
+
+
+def _content_to_text(content: Any) -> str:
+    """Flatten OpenAI message content (a string or a list of parts) to text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+            elif isinstance(part, str):
+                texts.append(part)
+        return "".join(texts)
+    return str(content)
+
+
+def _messages_of(request: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The chat messages of a chat-completions or responses request."""
+    if isinstance(request.get("messages"), list):
+        return [m for m in request["messages"] if isinstance(m, dict)]
+    messages: List[Dict[str, Any]] = []
+    if isinstance(request.get("instructions"), str):
+        messages.append({"role": "system", "content": request["instructions"]})
+    raw_input = request.get("input")
+    if isinstance(raw_input, str):
+        messages.append({"role": "user", "content": raw_input})
+    elif isinstance(raw_input, list):
+        for item in raw_input:
+            if isinstance(item, dict) and "content" in item:
+                messages.append({"role": item.get("role", "user"), "content": item.get("content")})
+    return messages
+
+
+def last_user_message(request: Dict[str, Any]) -> str:
+    """Text of the last ``user`` message of a chat-completions or responses request ('' when none)."""
+    for message in reversed(_messages_of(request)):
+        if message.get("role") == "user":
+            return _content_to_text(message.get("content"))
+    return ""
+
+
+def prompt_text(request: Dict[str, Any]) -> str:
+    """All message texts of a request joined by newlines (what the prompt token ids are computed from)."""
+    return "\n".join(_content_to_text(m.get("content")) for m in _messages_of(request))
+
+
+def text_token_ids(text: str) -> List[int]:
+    """Deterministic mock tokenisation: the UTF-8 byte values of ``text``."""
+    return list(text.encode("utf-8"))
+
+
+class MockOpenAIServer:
+    """An OpenAI-compatible HTTP server with scripted replies, started on a free loopback port.
+
+    Routes: ``POST /v1/chat/completions`` and ``/chat/completions`` (non-streaming, or SSE with ``stream: true``),
+    ``POST /v1/responses`` and ``/responses`` (likewise), ``GET /v1/models`` and ``GET /health``.
+
+    Args:
+        reply: how to answer. A callable receives the JSON request body and returns a :data:`MockReply`; a mapping
+            is looked up by the last user message, then the model name, then ``"*"`` (falling back to the echo
+            reply); a string is returned as-is; ``None`` echoes ``"echo: <last user message>"``.
+        model: model name reported by ``/v1/models`` (responses echo the requested model).
+        host: bind address (loopback by default).
+        port: port to bind (a free one when ``None``).
+        startup_timeout: seconds to wait for the server to accept connections.
+    """
+
+    def __init__(
+        self,
+        reply: ReplySpec = None,
+        *,
+        model: str = "mock-model",
+        host: str = "127.0.0.1",
+        port: Optional[int] = None,
+        startup_timeout: float = 15.0,
+    ) -> None:
+        """Configure the server (it starts on :meth:`start` or when entering the context)."""
+        self.reply = reply
+        self.model = model
+        self.host = host
+        self._requested_port = port
+        self.port: Optional[int] = None
+        self.startup_timeout = startup_timeout
+        self.requests: List[Dict[str, Any]] = []
+        self._requests_lock = threading.Lock()
+        self._server: Any = None
+        self._thread: Optional[threading.Thread] = None
+        self._socket: Optional[socket.socket] = None
+        self._error: Optional[BaseException] = None
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def endpoint(self) -> str:
+        """``http://host:port`` (raises ``RuntimeError`` before start)."""
+        if self.port is None:
+            raise RuntimeError("MockOpenAIServer is not running.")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI client base URL, ``http://host:port/v1``."""
+        return self.endpoint + "/v1"
+
+    # ------------------------------------------------------------------ reply logic
+
+    def resolve_reply(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """Compute the reply for ``request`` as a dict with at least ``content`` and ``finish_reason``."""
+        spec = self.reply
+        user = last_user_message(request)
+        value: Optional[MockReply]
+        if callable(spec):
+            value = spec(request)
+        elif isinstance(spec, Mapping):
+            value = None
+            for key in (user, request.get("model"), "*"):
+                if isinstance(key, str) and key in spec:
+                    value = spec[key]
+                    break
+            if value is None:
+                value = f"echo: {user}"
+        elif isinstance(spec, str):
+            value = spec
+        else:
+            value = f"echo: {user}"
+        if isinstance(value, dict):
+            result = dict(value)
+            result.setdefault("content", "")
+        else:
+            result = {"content": str(value)}
+        result.setdefault("finish_reason", "tool_calls" if result.get("tool_calls") else "stop")
+        return result
+
+    def _record(self, path: str, body: Dict[str, Any]) -> None:
+        with self._requests_lock:
+            self.requests.append({"path": path, "body": body})
+
+    def _usage(self, request: Dict[str, Any], content: str) -> Dict[str, int]:
+        prompt_tokens = len(text_token_ids(prompt_text(request)))
+        completion_tokens = len(text_token_ids(content))
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
+    def build_chat_completion(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """The JSON body of a non-streaming chat completion for ``request``."""
+        reply = self.resolve_reply(request)
+        content = reply.get("content")
+        message: Dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.get("tool_calls"):
+            message["tool_calls"] = reply["tool_calls"]
+        choice: Dict[str, Any] = {"index": 0, "message": message, "finish_reason": reply["finish_reason"]}
+        body: Dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model") or self.model,
+            "choices": [choice],
+            "usage": self._usage(request, content or ""),
+        }
+        if request.get("return_token_ids"):
+            body["prompt_token_ids"] = text_token_ids(prompt_text(request))
+            choice["token_ids"] = text_token_ids(content or "")
+        return body
+
+    def iter_chat_chunks(self, request: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+        """The chunks of a streamed chat completion (the content split into a few pieces)."""
+        full = self.build_chat_completion(request)
+        choice = full["choices"][0]
+        content: str = choice["message"].get("content") or ""
+        base = {"id": full["id"], "object": "chat.completion.chunk", "created": full["created"], "model": full["model"]}
+        pieces = [content[i : i + 4] for i in range(0, len(content), 4)] or [""]
+        for index, piece in enumerate(pieces):
+            delta: Dict[str, Any] = {"content": piece}
+            if index == 0:
+                delta["role"] = "assistant"
+            yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        final: Dict[str, Any] = {
+            **base,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+        }
+        if request.get("return_token_ids"):
+            final["prompt_token_ids"] = full["prompt_token_ids"]
+            final["choices"][0]["token_ids"] = choice["token_ids"]
+        yield final
+        stream_options = request.get("stream_options") or {}
+        if isinstance(stream_options, dict) and stream_options.get("include_usage"):
+            yield {**base, "choices": [], "usage": full["usage"]}
+
+    def build_response(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """The JSON body of a Responses API response for ``request``."""
+        reply = self.resolve_reply(request)
+        content = reply.get("content") or ""
+        usage = self._usage(request, content)
+        body: Dict[str, Any] = {
+            "id": f"resp_{uuid.uuid4().hex[:24]}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": request.get("model") or self.model,
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "id": f"msg_{uuid.uuid4().hex[:24]}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": content, "annotations": []}],
+                }
+            ],
+            "parallel_tool_calls": False,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": usage["prompt_tokens"],
+                "output_tokens": usage["completion_tokens"],
+                "total_tokens": usage["total_tokens"],
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+        if request.get("return_token_ids"):
+            body["prompt_token_ids"] = text_token_ids(prompt_text(request))
+            body["response_token_ids"] = [text_token_ids(content)]
+        return body
+
+    def iter_response_events(self, request: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+        """The events of a streamed Responses API call."""
+        full = self.build_response(request)
+        item = full["output"][0]
+        text: str = item["content"][0]["text"]
+        in_progress = {**full, "status": "in_progress", "output": []}
+        seq = 0
+        yield {"type": "response.created", "sequence_number": seq, "response": in_progress}
+        for i in range(0, len(text), 4):
+            seq += 1
+            yield {
+                "type": "response.output_text.delta",
+                "sequence_number": seq,
+                "item_id": item["id"],
+                "output_index": 0,
+                "content_index": 0,
+                "delta": text[i : i + 4],
+                "logprobs": [],
+            }
+        seq += 1
+        yield {"type": "response.completed", "sequence_number": seq, "response": full}
+
+    # ------------------------------------------------------------------ app
+
+    def build_app(self) -> Any:
+        """Create the FastAPI application."""
+        from fastapi import FastAPI
+        from fastapi.responses import JSONResponse, StreamingResponse
+
+        try:
+            # FastAPI versions with native OpenTelemetry support would otherwise trace the mock's own requests into
+            # whatever tracer provider the test installed.
+            app = FastAPI(
+                title="rollouthub mock OpenAI server", telemetry={"tracing": False, "metrics": False, "logs": False}
+            )
+        except TypeError:  # older FastAPI without the ``telemetry`` argument
+            app = FastAPI(title="rollouthub mock OpenAI server")
+
+        def sse(events: Iterator[Dict[str, Any]], with_event_names: bool) -> Iterator[str]:
+            for event in events:
+                prefix = f"event: {event['type']}\n" if with_event_names and "type" in event else ""
+                yield f"{prefix}data: {json.dumps(event)}\n\n"
+            if not with_event_names:
+                yield "data: [DONE]\n\n"
+
+        async def read_json(request: Request) -> Dict[str, Any]:
+            try:
+                body = await request.json()
+            except Exception:
+                body = None
+            return body if isinstance(body, dict) else {}
+
+        async def chat_completions(request: Request) -> Any:
+            body = await read_json(request)
+            self._record(request.url.path, body)
+            if not isinstance(body.get("messages"), list):
+                return JSONResponse(
+                    {"error": {"message": "'messages' is required", "type": "invalid_request_error"}}, status_code=400
+                )
+            if body.get("stream"):
+                return StreamingResponse(sse(self.iter_chat_chunks(body), False), media_type="text/event-stream")
+            return JSONResponse(self.build_chat_completion(body))
+
+        async def responses(request: Request) -> Any:
+            body = await read_json(request)
+            self._record(request.url.path, body)
+            if body.get("stream"):
+                return StreamingResponse(sse(self.iter_response_events(body), True), media_type="text/event-stream")
+            return JSONResponse(self.build_response(body))
+
+        async def models() -> Dict[str, Any]:
+            return {
+                "object": "list",
+                "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "rollouthub"}],
+            }
+
+        async def health() -> Dict[str, str]:
+            return {"status": "ok"}
+
+        for path in ("/v1/chat/completions", "/chat/completions"):
+            app.add_api_route(path, chat_completions, methods=["POST"])
+        for path in ("/v1/responses", "/responses"):
+            app.add_api_route(path, responses, methods=["POST"])
+        for path in ("/v1/models", "/models"):
+            app.add_api_route(path, models, methods=["GET"])
+        app.add_api_route("/health", health, methods=["GET"])
+        return app
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> MockOpenAIServer:
+        """Start serving in a daemon thread; returns once the port accepts connections."""
+        import uvicorn
+
+        if self._thread is not None:
+            raise RuntimeError("MockOpenAIServer is already running.")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self._requested_port or 0))
+        sock.listen(128)
+        self._socket = sock
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.build_app(), log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign, attr-defined]
+        self._server = server
+
+        def run() -> None:
+            try:
+                asyncio.run(server.serve(sockets=[sock]))
+            except BaseException as exc:  # pragma: no cover - reported by start()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name=f"mock-openai-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + self.startup_timeout
+        while not server.started:
+            if self._error is not None or not self._thread.is_alive():
+                self.stop()
+                raise RuntimeError(f"MockOpenAIServer failed to start: {self._error!r}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("MockOpenAIServer did not start in time.")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server and join its thread."""
+        server, thread = self._server, self._thread
+        if server is not None:
+            server.should_exit = True
+        if thread is not None:
+            thread.join(timeout)
+        if self._socket is not None:
+            try:
+                self._socket.close()
+            except OSError:  # pragma: no cover
+                pass
+        self._server = None
+        self._thread = None
+        self._socket = None
+
+    def __enter__(self) -> MockOpenAIServer:
+        """Start the server."""
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        """Stop the server."""
+        self.stop()
+
+    async def __aenter__(self) -> MockOpenAIServer:
+        """Start the server without blocking the running loop."""
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        """Stop the server without blocking the running loop."""
+        await asyncio.to_thread(self.stop)

@@ -1,0 +1,123 @@
+"""Scenario A (runtime spec 18.2): ``examples/write_traces.py`` in-process and against a ``rollouthub store`` server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Iterator
+
+import pytest
+import requests
+
+from rollouthub.tracer import clear_active_tracer, get_active_tracer
+
+from .conftest import EXAMPLES_DIR, load_example
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture()
+def example() -> Any:
+    while get_active_tracer() is not None:
+        clear_active_tracer()
+    return load_example("write_traces")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def store_server() -> Iterator[int]:
+    """A live ``rollouthub store --backend memory`` subprocess on a free loopback port."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("ROLLOUTHUB_API_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rollouthub.cli", "store", "--backend", "memory", "--host", "127.0.0.1"]
+        + ["--port", str(port), "--log-level", "WARNING"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"rollouthub store exited early: {proc.stderr.read().decode() if proc.stderr else ''}"
+                )
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/v1/agl/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("rollouthub store did not become healthy in time")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait(5)
+
+
+async def test_otel_mode_in_process(example: Any) -> None:
+    spans = await example.run("otel")
+    assert [s.name for s in spans] == ["grpc-span-2", "grpc-span-1", "grpc-span-3", "agentlightning.annotation"]
+    assert spans[-1].attributes["agentlightning.reward.0.value"] == 1.0
+    assert get_active_tracer() is None
+
+
+async def test_operation_mode_in_process(example: Any) -> None:
+    spans = await example.run("operation")
+    op_span = next(s for s in spans if s.name == "agentlightning.operation")
+    assert op_span.attributes["agentlightning.operation.input.task.question"] == "What is 6 x 7?"
+    assert op_span.attributes["agentlightning.operation.output.answer"] == 42
+
+
+async def test_agentops_mode_in_process_with_mock_llm(example: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    spans = await example.run("agentops")
+    [llm] = [s for s in spans if s.name == "openai.chat.completion"]
+    assert llm.attributes["gen_ai.completion.0.content"] == "Hello"
+
+
+async def test_otel_mode_against_store_server_uses_otlp(example: Any, store_server: int) -> None:
+    spans = await example.run("otel", use_client=True, port=store_server)
+    assert len(spans) == 4
+    for span in spans:
+        assert span.resource.attributes["agentlightning.rollout_id"] == span.rollout_id
+        assert span.resource.attributes["agentlightning.attempt_id"] == span.attempt_id
+
+
+async def test_operation_mode_against_store_server(example: Any, store_server: int) -> None:
+    spans = await example.run("operation", use_client=True, port=store_server)
+    assert {s.name for s in spans} == {"agentlightning.operation", "agentlightning.annotation"}
+
+
+@pytest.mark.parametrize("mode", ["otel", "operation"])
+def test_example_script_exit_code(mode: str, store_server: int) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(EXAMPLES_DIR, "write_traces.py"),
+            mode,
+            "--use-client",
+            "--port",
+            str(store_server),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"verified in mode '{mode}'" in result.stdout
