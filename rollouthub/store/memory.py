@@ -9,12 +9,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from pydantic import BaseModel
 
-from rollouthub.types import PaginatedResult, ResourcesUpdate, Rollout, SortOptions, Span
+from rollouthub.types import AttemptedRollout, PaginatedResult, ResourcesUpdate, Rollout, SortOptions, Span
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import UNSET, LightningStoreCapabilities, LightningStoreStatistics, Unset
 from .collection.memory import InMemoryLightningCollections
 from .collection_based import CollectionBasedLightningStore, tracked
+from .utils import ROLLOUT_RUNNING_STATUSES
 
 __all__ = ["InMemoryLightningStore", "estimate_model_size"]
 
@@ -111,6 +112,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         self._span_bytes_by_rollout: Dict[str, int] = {}
         self._evicted_rollout_ids: Set[str] = set()
         self._start_time_by_rollout: Dict[str, float] = {}
+        self._running_rollout_ids: Set[str] = set()
         self._index_lock = threading.Lock()
 
     @property
@@ -160,6 +162,19 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         with self._index_lock:
             for rollout, _ in rollouts:
                 self._start_time_by_rollout.setdefault(rollout.rollout_id, rollout.start_time)
+                if rollout.status in ROLLOUT_RUNNING_STATUSES:
+                    self._running_rollout_ids.add(rollout.rollout_id)
+                else:
+                    self._running_rollout_ids.discard(rollout.rollout_id)
+
+    async def _unlocked_get_running_rollouts(self, c: Any) -> List[AttemptedRollout]:
+        """Watchdog candidates from the running-rollouts index instead of a scan of every rollout."""
+        with self._index_lock:
+            candidate_ids = list(self._running_rollout_ids)
+        rollouts = await self._unlocked_query_rollouts_by_rollout_ids(c, candidate_ids)
+        running = [r for r in rollouts.values() if r.status in ROLLOUT_RUNNING_STATUSES]
+        attached = await self._unlocked_many_rollouts_to_attempted_rollouts(c, running)
+        return [r for r in attached if isinstance(r, AttemptedRollout)]
 
     # -- spans: accounting and eviction ---------------------------------------------------------------------
     async def _post_add_spans(self, spans: Sequence[Span], rollout_id: str, attempt_id: str) -> None:
