@@ -1017,10 +1017,10 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
         (Re-enqueueing happens inside the writing unit -- see :meth:`_unlocked_update_rollout_only`.)
         """
-        finished: List[str] = []
+        finished: Dict[str, Rollout] = {}
         for rollout, fields in rollouts:
             if "status" in fields and is_finished(rollout):
-                finished.append(rollout.rollout_id)
+                finished[rollout.rollout_id] = rollout
             if self._tracker is not None and "end_time" in fields and is_finished(rollout):
                 labels = {"status": rollout.status, "mode": rollout.mode or "unknown"}
                 await self._tracker.inc_counter("agl.rollouts.total", labels=labels)
@@ -1031,7 +1031,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         await self._on_rollouts_updated(rollouts)
         if finished:
             self._waiters.wake(finished)
-            await self._on_rollouts_finished(finished)
+            await self._on_rollouts_finished(list(finished))
 
     async def _on_rollouts_updated(self, rollouts: Sequence[Tuple[Rollout, Sequence[str]]]) -> None:
         """Backend hook: called after every unit that wrote rollouts (default: nothing)."""
@@ -1058,6 +1058,12 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         waiter = self._waiters.register(remaining)
         try:
             while True:
+                for rollout_id, rollout in waiter.take_delivered().items():
+                    if rollout_id in remaining:
+                        finished[rollout_id] = rollout
+                        remaining.discard(rollout_id)
+                if not remaining:
+                    break
                 async with self._read("rollouts") as c:
                     current = await self._unlocked_query_rollouts_by_rollout_ids(c, list(remaining))
                 for rollout_id in list(remaining):

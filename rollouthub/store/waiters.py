@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Dict, Iterable, Optional, Set
+from typing import Any, Dict, Iterable, Mapping, Optional, Set
 
 __all__ = ["RolloutWaiters", "Waiter"]
 
@@ -17,12 +17,26 @@ __all__ = ["RolloutWaiters", "Waiter"]
 class Waiter:
     """One waiting coroutine: an ``asyncio.Event`` bound to its loop, settable from any thread."""
 
-    __slots__ = ("loop", "event", "rollout_ids")
+    __slots__ = ("loop", "event", "rollout_ids", "_delivered", "_lock")
 
     def __init__(self, rollout_ids: Set[str]) -> None:
         self.loop = asyncio.get_running_loop()
         self.event = asyncio.Event()
         self.rollout_ids = rollout_ids
+        self._delivered: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def deliver(self, rollouts: Mapping[str, Any]) -> None:
+        """Hand finished rollouts to the waiter (so it need not re-read them) and wake it."""
+        with self._lock:
+            self._delivered.update(rollouts)
+        self.wake()
+
+    def take_delivered(self) -> Dict[str, Any]:
+        """Finished rollouts delivered since the last call."""
+        with self._lock:
+            delivered, self._delivered = self._delivered, {}
+        return delivered
 
     def wake(self) -> None:
         """Set the event from any thread (ignored when the waiter's loop is closed)."""
@@ -73,16 +87,24 @@ class RolloutWaiters:
                     if not bucket:
                         del self._by_rollout[rollout_id]
 
-    def wake(self, rollout_ids: Iterable[str]) -> None:
-        """Wake the waiters of these rollouts."""
+    def wake(self, rollouts: Mapping[str, Any]) -> None:
+        """Deliver these finished rollouts (id -> rollout) to their waiters and wake them."""
         with self._lock:
             if not self._by_rollout:
                 return
+            targets: Dict[Waiter, Dict[str, Any]] = {}
+            for rollout_id, rollout in rollouts.items():
+                for waiter in self._by_rollout.get(rollout_id, ()):
+                    targets.setdefault(waiter, {})[rollout_id] = rollout
+        for waiter, delivered in targets.items():
+            waiter.deliver(delivered)
+
+    def wake_ids(self, rollout_ids: Iterable[str]) -> None:
+        """Wake the waiters of these rollouts without a payload (they re-read the store)."""
+        with self._lock:
             targets: Set[Waiter] = set()
             for rollout_id in rollout_ids:
-                bucket = self._by_rollout.get(rollout_id)
-                if bucket:
-                    targets.update(bucket)
+                targets.update(self._by_rollout.get(rollout_id, ()))
         for waiter in targets:
             waiter.wake()
 
