@@ -1,0 +1,447 @@
+// End-to-end: every page against a real `rollouthub store` seeded through its REST API, in headless Chromium.
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BrowserContext, Locator, Page, Request } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchBrowser, prepareScreenshotDir, recordApiRequests, screenshot } from './browser';
+import { Rest, addSpans, agentSpans, enqueue, seed, type SeedResult } from './seed';
+import { REPO_ROOT, startStore, type StoreProcess } from './server';
+
+// Wide enough for every rollout column (the tables hide low-priority columns on narrow screens).
+const VIEWPORT = { width: 2048, height: 1152 };
+
+async function waitForCount(locator: Locator, n: number, timeout = 15_000): Promise<void> {
+  await expect.poll(() => locator.count(), { timeout }).toBe(n);
+}
+
+function apiRequest(page: Page, path: string, pred: (u: URL) => boolean = () => true): Promise<Request> {
+  const p = page.waitForRequest((r) => {
+    const u = new URL(r.url());
+    return u.pathname === path && pred(u);
+  }, { timeout: 15_000 });
+  p.catch(() => undefined); // awaited by the caller; avoid unhandled rejections when an earlier step fails
+  return p;
+}
+
+async function rowIds(page: Page, testId: string): Promise<string[]> {
+  return page.locator(`[data-testid="${testId}-row"]`).evaluateAll((els) => els.map((e) => e.getAttribute('data-row-id') ?? ''));
+}
+
+async function nav(page: Page, label: string): Promise<void> {
+  await page.getByRole('navigation', { name: 'Main navigation' }).getByRole('link', { name: label, exact: true }).click();
+}
+
+let b: Awaited<ReturnType<typeof launchBrowser>>;
+
+beforeAll(async () => {
+  prepareScreenshotDir();
+  b = await launchBrowser();
+});
+afterAll(async () => {
+  await b?.close();
+});
+
+describe('dashboard against a seeded store', () => {
+  let store: StoreProcess;
+  let rest: Rest;
+  let data: SeedResult;
+  let context: BrowserContext;
+  let page: Page;
+  const id = (key: string) => data.rollouts[key].rolloutId;
+
+  beforeAll(async () => {
+    store = await startStore();
+    rest = new Rest(store.url);
+    data = await seed(rest);
+    context = await b.browser.newContext({ viewport: VIEWPORT });
+    page = await context.newPage();
+    page.on('pageerror', (e) => console.error('pageerror:', e.message));
+  });
+  afterAll(async () => {
+    await context?.close();
+    await store?.stop();
+  });
+
+  it('is served by the store at / with the SPA fallback', async () => {
+    const index = await fetch(`${store.url}/`);
+    expect(index.status).toBe(200);
+    const html = await index.text();
+    expect(html).toContain('<div id="root">');
+    expect((await fetch(`${store.url}/traces?rolloutId=x`)).status).toBe(200);
+    const asset = readdirSync(join(REPO_ROOT, 'rollouthub', 'dashboard', 'assets')).find((f) => f.endsWith('.js'))!;
+    const assetRes = await fetch(`${store.url}/assets/${asset}`);
+    expect(assetRes.status).toBe(200);
+    expect(assetRes.headers.get('cache-control')).toContain('immutable');
+    expect((await fetch(`${store.url}/v1/unknown`)).status).toBe(404);
+  });
+
+  it('Rollouts: renders every rollout with the default request and the summary', async () => {
+    const req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('limit') === '100');
+    await page.goto(`${store.url}/`);
+    await page.waitForURL('**/rollouts');
+    const u = new URL((await req).url());
+    expect(Object.fromEntries(u.searchParams)).toEqual({ limit: '100', offset: '0', sort_by: 'start_time', sort_order: 'desc' });
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+    const ids = await rowIds(page, 'rollouts-table');
+    expect(new Set(ids)).toEqual(new Set(Object.values(data.rollouts).map((r) => r.rolloutId)));
+    // Newest first.
+    expect(ids[0]).toBe(id('hotel'));
+    const echoRow = page.locator(`[data-row-id="${id('echo')}"]`);
+    await expect.poll(() => echoRow.locator('[data-column="workerId"]').innerText()).toBe('Worker-3');
+    await expect.poll(() => echoRow.locator('[data-column="mode"]').innerText()).toBe('train');
+    // Summary: status counts and reward chart.
+    await expect.poll(() => page.getByTestId('count-total').locator('.count-value').innerText()).toBe('9');
+    expect(await page.getByTestId('count-succeeded').locator('.count-value').innerText()).toBe('4');
+    expect(await page.getByTestId('count-failed').locator('.count-value').innerText()).toBe('1');
+    expect(await page.getByTestId('count-queuing').locator('.count-value').innerText()).toBe('2');
+    expect(await page.getByTestId('count-cancelled').locator('.count-value').innerText()).toBe('1');
+    expect(await page.getByTestId('count-running').locator('.count-value').innerText()).toBe('1');
+    await waitForCount(page.getByTestId('reward-point'), 5);
+    await screenshot(page, '01-rollouts');
+  });
+
+  it('Rollouts: the status filter sends repeated status_in and filters the rows', async () => {
+    await page.getByRole('button', { name: 'Filter by status' }).click();
+    let req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.getAll('status_in').join() === 'succeeded' && u.searchParams.get('limit') === '100');
+    await page.getByRole('dialog', { name: 'Status' }).getByLabel('Succeeded').check();
+    await req;
+    await waitForCount(page.getByTestId('rollouts-table-row'), 4);
+    expect(new Set(await rowIds(page, 'rollouts-table'))).toEqual(new Set([id('alpha'), id('bravo'), id('india'), id('delta')]));
+    req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.getAll('status_in').join() === 'succeeded,failed');
+    await page.getByRole('dialog', { name: 'Status' }).getByLabel('Failed').check();
+    await req;
+    await waitForCount(page.getByTestId('rollouts-table-row'), 5);
+    await screenshot(page, '02-rollouts-status-filter');
+    await page.getByRole('dialog', { name: 'Status' }).getByRole('button', { name: 'Clear' }).click();
+    await page.getByRole('dialog', { name: 'Status' }).getByRole('button', { name: 'Done' }).click();
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+  });
+
+  it('Rollouts: the mode filter sends mode_in and only shows rollouts of that mode', async () => {
+    await page.getByRole('button', { name: 'Filter by mode' }).click();
+    const req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.getAll('mode_in').join() === 'val');
+    await page.getByRole('dialog', { name: 'Mode' }).getByLabel('Val').check();
+    await req;
+    await waitForCount(page.getByTestId('rollouts-table-row'), 3);
+    expect(new Set(await rowIds(page, 'rollouts-table'))).toEqual(new Set([id('bravo'), id('delta'), id('foxtrot')]));
+    for (const cell of await page.locator('[data-testid="rollouts-table-row"] [data-column="mode"]').allInnerTexts()) expect(cell).toBe('val');
+    await screenshot(page, '03-rollouts-mode-filter');
+    await page.getByRole('dialog', { name: 'Mode' }).getByRole('button', { name: 'Clear' }).click();
+    await page.getByRole('dialog', { name: 'Mode' }).getByRole('button', { name: 'Done' }).click();
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+  });
+
+  it('Rollouts: sorting by a model field and by derived keys changes the request and the rows', async () => {
+    const header = (name: string) => page.locator('thead th').getByRole('button', { name: new RegExp(`^${name}`) });
+    let req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('sort_by') === 'rollout_id' && u.searchParams.get('sort_order') === 'asc');
+    await header('Rollout').click();
+    await req;
+    const sorted = Object.values(data.rollouts).map((r) => r.rolloutId).sort();
+    await expect.poll(() => rowIds(page, 'rollouts-table')).toEqual(sorted);
+    req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('sort_by') === 'rollout_id' && u.searchParams.get('sort_order') === 'desc');
+    await header('Rollout').click();
+    await req;
+    await expect.poll(() => rowIds(page, 'rollouts-table')).toEqual([...sorted].reverse());
+
+    // Worker is not a Rollout field: the store rejects it, the dashboard sorts locally.
+    req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('sort_by') === 'worker_id' && u.searchParams.get('sort_order') === 'asc');
+    await header('Worker').click();
+    await req;
+    const expected = ['Worker-0', 'Worker-1', 'Worker-1', 'Worker-2', 'Worker-2', 'Worker-3', '—', '—', '—'];
+    await expect.poll(() => page.locator('[data-testid="rollouts-table-row"] [data-column="workerId"]').allInnerTexts()).toEqual(expected);
+    expect((await rowIds(page, 'rollouts-table'))[0]).toBe(id('alpha'));
+    await waitForCount(page.getByTestId('alert-banner'), 0);
+    await screenshot(page, '04-rollouts-sorted-by-worker');
+
+    // Duration (derived) descending: the running/queued rollouts (measured until now) come first.
+    await header('Duration').click(); // asc
+    await header('Duration').click(); // desc
+    await expect.poll(async () => (await page.locator('thead th[data-column="durationSeconds"]').getAttribute('aria-sort'))).toBe('descending');
+    await expect.poll(async () => (await rowIds(page, 'rollouts-table')).length).toBe(9);
+    const seconds = (t: string) => {
+      if (t.trim() === '—') return 0;
+      let total = 0;
+      for (const [, n, unit] of t.matchAll(/(\d+)([hms])/g)) total += Number(n) * ({ h: 3600, m: 60, s: 1 } as Record<string, number>)[unit];
+      return total;
+    };
+    // Wait for the new rows (the header flips before the data arrives): durations must be non-increasing.
+    const nonIncreasing = async () => {
+      const d = (await page.locator('[data-testid="rollouts-table-row"] [data-column="durationSeconds"]').allInnerTexts()).map(seconds);
+      return d.every((v, i) => i === 0 || v <= d[i - 1] + 1);
+    };
+    await expect.poll(nonIncreasing).toBe(true);
+    await expect.poll(() => page.getByTestId('rollouts-table').getAttribute('aria-busy')).toBe('false');
+    // Page size: changing it sends the new limit and resets the offset.
+    const sizeReq = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('limit') === '50' && u.searchParams.get('offset') === '0');
+    await page.getByLabel('Records per page').selectOption('50');
+    await sizeReq;
+    await page.getByLabel('Records per page').selectOption('100');
+    // Back to the default sort.
+    req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('sort_by') === 'start_time');
+    await header('Start Time').click();
+    await req;
+  });
+
+  it('Rollouts: search sends rollout_id_contains; expanding a retried rollout lists its previous attempt', async () => {
+    const needle = id('delta').slice(3, 10);
+    const req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('rollout_id_contains') === needle);
+    await page.getByPlaceholder('Search by Rollout ID').fill(needle);
+    await req;
+    await waitForCount(page.getByTestId('rollouts-table-row'), 1);
+    const attemptsReq = apiRequest(page, `/v1/agl/rollouts/${id('delta')}/attempts`, (u) => u.searchParams.get('sort_by') === 'sequence_id' && u.searchParams.get('sort_order') === 'desc');
+    await page.locator(`[data-row-id="${id('delta')}"] [data-column="inputText"]`).click();
+    await attemptsReq;
+    await waitForCount(page.getByTestId('nested-attempts-row'), 1);
+    expect(await rowIds(page, 'nested-attempts')).toEqual([data.rollouts.delta.attemptIds[0]]);
+    await waitForCount(page.getByTestId('nested-attempts-row').locator('[data-status="failed"]'), 1);
+    await screenshot(page, '05-rollouts-expanded-attempts');
+    await page.getByPlaceholder('Search by Rollout ID').fill('');
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+  });
+
+  it('Drill-down: rollout → traces drawer → Traces page → waterfall with span attributes', async () => {
+    const alpha = id('alpha');
+    const spansReq = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('rollout_id') === alpha);
+    await page.locator(`[data-row-id="${alpha}"]`).getByRole('button', { name: 'View traces' }).click();
+    await spansReq;
+    await expect.poll(() => page.getByTestId('drawer').getAttribute('data-drawer-type')).toBe('rollout-traces');
+    await waitForCount(page.getByTestId('drawer-traces-table-row'), 5);
+    await screenshot(page, '06-rollout-traces-drawer');
+
+    const pageReq = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('rollout_id') === alpha && u.searchParams.get('attempt_id') === data.rollouts.alpha.attemptIds[0]);
+    await page.getByRole('link', { name: `Open traces page for rollout ${alpha} attempt 1` }).click();
+    await page.waitForURL(`**/traces?rolloutId=${alpha}&attemptId=${data.rollouts.alpha.attemptIds[0]}`);
+    await pageReq;
+    await waitForCount(page.getByTestId('drawer'), 0);
+    await waitForCount(page.getByTestId('traces-table-row'), 5);
+    expect(await page.getByLabel('Select rollout').inputValue()).toBe(alpha);
+    const names = await page.locator('[data-testid="traces-table-row"] [data-column="name"]').allInnerTexts();
+    expect(new Set(names)).toEqual(new Set(['agent_execution', 'llm_call', 'tool_execution', 'http_request', 'agentlightning.annotation']));
+    await screenshot(page, '07-traces');
+
+    // Search sends the three *_contains parameters with filter_logic=or.
+    const searchReq = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('name_contains') === 'llm_call');
+    await page.getByPlaceholder('Search spans').fill('llm_call');
+    const su = new URL((await searchReq).url());
+    expect(su.searchParams.get('trace_id_contains')).toBe('llm_call');
+    expect(su.searchParams.get('span_id_contains')).toBe('llm_call');
+    expect(su.searchParams.get('filter_logic')).toBe('or');
+    await waitForCount(page.getByTestId('traces-table-row'), 1);
+    await page.getByPlaceholder('Search spans').fill('');
+    await waitForCount(page.getByTestId('traces-table-row'), 5);
+
+    // Clicking a parent id filters the spans by it.
+    const parentLink = page.locator('[data-testid="traces-table-row"]', { hasText: 'http_request' }).locator('[data-column="parentId"] button');
+    const parentId = (await parentLink.getAttribute('title'))!;
+    const parentReq = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('span_id_contains') === parentId);
+    await parentLink.click();
+    await parentReq;
+    expect(await page.getByPlaceholder('Search spans').inputValue()).toBe(parentId);
+    await waitForCount(page.getByTestId('traces-table-row'), 1);
+    expect(await page.locator('[data-testid="traces-table-row"] [data-column="name"]').innerText()).toBe('tool_execution');
+    await page.getByPlaceholder('Search spans').fill('');
+    await waitForCount(page.getByTestId('traces-table-row'), 5);
+
+    // Span detail drawer.
+    await page.locator('[data-testid="traces-table-row"]', { hasText: 'tool_execution' }).getByRole('button', { name: 'Show span detail' }).click();
+    await expect.poll(() => page.getByTestId('drawer').getAttribute('data-drawer-type')).toBe('trace-detail');
+    await expect.poll(() => page.getByTestId('drawer-json').innerText()).toContain('calculator');
+    await screenshot(page, '08-span-detail-drawer');
+    await page.getByRole('button', { name: 'Close drawer' }).click();
+
+    // Waterfall: nesting and attributes.
+    const wfReq = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('limit') === '-1' && u.searchParams.get('rollout_id') === alpha);
+    await page.getByRole('button', { name: 'Waterfall View' }).click();
+    await wfReq;
+    await waitForCount(page.getByTestId('waterfall-row'), 5);
+    const depths = await page.getByTestId('waterfall-row').evaluateAll((els) => els.map((e) => `${e.textContent?.replace(/\d.*$/, '').replace(/[▾▸]/g, '').trim()}:${e.getAttribute('data-depth')}`));
+    expect(depths).toEqual(['agent_execution:0', 'llm_call:1', 'tool_execution:1', 'http_request:2', 'agentlightning.annotation:1']);
+    await page.getByTestId('waterfall-row').filter({ hasText: 'tool_execution' }).click();
+    await expect.poll(() => page.getByTestId('span-attributes').innerText()).toContain('tool.name');
+    await expect.poll(() => page.getByTestId('span-attributes').innerText()).toContain('calculator');
+    await screenshot(page, '09-traces-waterfall');
+    await page.getByRole('button', { name: 'Table View' }).click();
+  });
+
+  it('Traces: selecting another rollout and sorting by status (derived key) reorders spans', async () => {
+    const charlie = id('charlie');
+    // The rollout selector searches server-side (debounced) with limit=20 and rollout_id_contains.
+    const needle = charlie.slice(3, 9);
+    const searchReq = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('rollout_id_contains') === needle && u.searchParams.get('limit') === '20');
+    await page.getByRole('combobox', { name: 'Select rollout' }).click();
+    await page.getByRole('combobox', { name: 'Select rollout' }).fill(needle);
+    await searchReq;
+    await waitForCount(page.getByRole('listbox', { name: 'Rollouts' }).getByRole('option'), 1);
+    const req = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('rollout_id') === charlie);
+    await page.getByRole('option', { name: new RegExp(charlie) }).click();
+    await req;
+    expect(await page.getByRole('combobox', { name: 'Select rollout' }).inputValue()).toBe(charlie);
+    await page.waitForURL(`**/traces?rolloutId=${charlie}&attemptId=${data.rollouts.charlie.attemptIds[0]}`);
+    await waitForCount(page.getByTestId('traces-table-row'), 5);
+    const sortReq = apiRequest(page, '/v1/agl/spans', (u) => u.searchParams.get('sort_by') === 'status_code' && u.searchParams.get('sort_order') === 'asc');
+    await page.locator('thead th').getByRole('button', { name: /^Status/ }).click();
+    await sortReq;
+    await expect.poll(() => page.locator('[data-testid="traces-table-row"] [data-column="statusCode"]').allInnerTexts()).toEqual(['ERROR', 'OK', 'OK', 'OK', 'OK']);
+    await waitForCount(page.getByTestId('alert-banner'), 0);
+    await screenshot(page, '10-traces-sorted-by-status');
+  });
+
+  it('Resources: rows, sorting, search and the resources tree', async () => {
+    const req = apiRequest(page, '/v1/agl/resources', (u) => u.searchParams.get('sort_by') === 'update_time' && u.searchParams.get('sort_order') === 'desc');
+    await nav(page, 'Resources');
+    await req;
+    await waitForCount(page.getByTestId('resources-table-row'), 4);
+    expect(new Set(await rowIds(page, 'resources-table'))).toEqual(new Set(data.resourcesIds));
+    const sortReq = apiRequest(page, '/v1/agl/resources', (u) => u.searchParams.get('sort_by') === 'version' && u.searchParams.get('sort_order') === 'asc');
+    await page.locator('thead th').getByRole('button', { name: /^Version/ }).click();
+    await sortReq;
+    await expect.poll(async () => (await rowIds(page, 'resources-table')).at(-1)).toBe('rs-e2e-002');
+    await screenshot(page, '11-resources');
+    const searchReq = apiRequest(page, '/v1/agl/resources', (u) => u.searchParams.get('resources_id_contains') === 'e2e-003');
+    await page.getByPlaceholder('Search by Resources ID').fill('e2e-003');
+    await searchReq;
+    await waitForCount(page.getByTestId('resources-table-row'), 1);
+    await page.locator('[data-row-id="rs-e2e-003"] [data-column="version"]').click();
+    await expect.poll(() => page.getByTestId('resources-tree').innerText()).toContain('judge (Object)');
+    await page.getByTestId('resources-tree').getByRole('button', { name: /judge/ }).click();
+    await expect.poll(() => page.getByTestId('resources-tree').innerText()).toContain('model: "judge-model"');
+    await screenshot(page, '12-resources-tree');
+    await page.getByPlaceholder('Search by Resources ID').fill('');
+  });
+
+  it('Runners: rows, search, sort and the runner detail drawer', async () => {
+    const req = apiRequest(page, '/v1/agl/workers', (u) => u.searchParams.get('sort_by') === 'last_heartbeat_time');
+    await nav(page, 'Runners');
+    await req;
+    await waitForCount(page.getByTestId('runners-table-row'), 4);
+    const busy = page.locator('[data-row-id="Worker-3"]');
+    await waitForCount(busy.locator('[data-status="busy"]'), 1);
+    await expect.poll(() => busy.locator('[data-column="currentRolloutId"]').innerText()).toBe(id('echo'));
+    const sortReq = apiRequest(page, '/v1/agl/workers', (u) => u.searchParams.get('sort_by') === 'worker_id' && u.searchParams.get('sort_order') === 'asc');
+    await page.locator('thead th').getByRole('button', { name: /^Runner ID/ }).click();
+    await sortReq;
+    await expect.poll(() => rowIds(page, 'runners-table')).toEqual(['Worker-0', 'Worker-1', 'Worker-2', 'Worker-3']);
+    await screenshot(page, '13-runners');
+    const searchReq = apiRequest(page, '/v1/agl/workers', (u) => u.searchParams.get('worker_id_contains') === 'Worker-2');
+    await page.getByPlaceholder('Search by Runner ID').fill('Worker-2');
+    await searchReq;
+    await waitForCount(page.getByTestId('runners-table-row'), 1);
+    await page.getByRole('button', { name: 'Show runner detail' }).click();
+    await expect.poll(() => page.getByTestId('drawer').getAttribute('data-drawer-type')).toBe('worker-detail');
+    await expect.poll(() => page.getByTestId('drawer-json').innerText()).toContain('gpu_utilization');
+    await screenshot(page, '14-runner-detail-drawer');
+    await page.getByTestId('drawer-overlay').click({ position: { x: 10, y: 10 } });
+    await waitForCount(page.getByTestId('drawer'), 0);
+    await page.getByPlaceholder('Search by Runner ID').fill('');
+  });
+
+  it('Settings: theme, and a dead base URL turns the indicator Offline and raises the error alert', async () => {
+    await nav(page, 'Settings');
+    await page.getByTestId('settings-page').waitFor();
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Online');
+    await screenshot(page, '15-settings');
+    await page.getByTestId('settings-theme').selectOption('dark');
+    await expect.poll(() => page.locator('html').getAttribute('data-theme')).toBe('dark');
+    await nav(page, 'Rollouts');
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+    await screenshot(page, '16-rollouts-dark');
+    await nav(page, 'Settings');
+    await page.getByTestId('settings-theme').selectOption('light');
+
+    const dead = 'http://127.0.0.1:9';
+    await page.getByTestId('settings-base-url').fill(dead);
+    await page.getByTestId('settings-base-url').blur();
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Offline');
+    await nav(page, 'Rollouts');
+    await expect.poll(() => page.getByTestId('alert-banner').innerText()).toContain('Unable to refresh rollouts');
+    await screenshot(page, '17-offline-alert');
+    await nav(page, 'Settings');
+    await page.getByTestId('settings-base-url').fill(store.url);
+    await page.getByTestId('settings-base-url').blur();
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Online');
+    await nav(page, 'Rollouts');
+    await waitForCount(page.getByTestId('alert-banner'), 0);
+  });
+
+  it('Traces: opening /traces without a query selects the newest rollout and its latest attempt', async () => {
+    await page.goto(`${store.url}/traces`);
+    // The newest rollout (hotel) has no attempt: only the rollout is written to the URL.
+    await page.waitForURL(`**/traces?rolloutId=${id('hotel')}`);
+    await expect.poll(() => page.getByRole('combobox', { name: 'Select rollout' }).inputValue()).toBe(id('hotel'));
+    await expect.poll(() => page.getByTestId('traces-table-empty').innerText()).toContain('No traces found');
+    // A rollout with attempts: its latest attempt is selected and written to the URL.
+    const delta = data.rollouts.delta;
+    await page.goto(`${store.url}/traces?rolloutId=${delta.rolloutId}`);
+    await page.waitForURL(`**/traces?rolloutId=${delta.rolloutId}&attemptId=${delta.attemptIds[1]}`);
+    await waitForCount(page.getByTestId('traces-table-row'), 5);
+    const options = await page.getByLabel('Select attempt').locator('option').allInnerTexts();
+    expect(options.slice(1)).toEqual([`Attempt 2 (${delta.attemptIds[1]}) - Succeeded`, `Attempt 1 (${delta.attemptIds[0]}) - Failed`]);
+  });
+
+  it('Live: the summary and the waterfall update without a reload', async () => {
+    await page.goto(`${store.url}/rollouts`);
+    await expect.poll(() => page.getByTestId('count-total').locator('.count-value').innerText()).toBe('9');
+    await enqueue(rest, 'kilo', 'train', null);
+    await expect.poll(() => page.getByTestId('count-total').locator('.count-value').innerText(), { timeout: 15_000 }).toBe('10');
+    await expect.poll(() => page.getByTestId('count-queuing').locator('.count-value').innerText()).toBe('3');
+
+    const echo = data.rollouts.echo;
+    await page.goto(`${store.url}/traces?rolloutId=${echo.rolloutId}&attemptId=${echo.attemptIds[0]}`);
+    await waitForCount(page.getByTestId('traces-table-row'), 2);
+    await page.getByRole('button', { name: 'Waterfall View' }).click();
+    await waitForCount(page.getByTestId('waterfall-row'), 2);
+    await addSpans(rest, echo.rolloutId, echo.attemptIds[0], Date.now() / 1000 - 2, agentSpans(null).slice(2, 3).map((s) => ({ ...s, parent: undefined })));
+    await waitForCount(page.getByTestId('waterfall-row'), 3, 15_000);
+    await screenshot(page, '18-waterfall-live');
+  });
+});
+
+describe('auth token (store started with --api-token)', () => {
+  const TOKEN = 'e2e-s3cret';
+  let store: StoreProcess;
+  let context: BrowserContext;
+  let page: Page;
+
+  beforeAll(async () => {
+    store = await startStore(['--api-token', TOKEN]);
+    await seed(new Rest(store.url, TOKEN));
+    context = await b.browser.newContext({ viewport: VIEWPORT });
+    page = await context.newPage();
+  });
+  afterAll(async () => {
+    await context?.close();
+    await store?.stop();
+  });
+
+  it('fails without a token, works after entering it in Settings, and keeps it across reloads', async () => {
+    const requests = recordApiRequests(page);
+    await page.goto(`${store.url}/rollouts`);
+    await expect.poll(() => page.getByTestId('rollouts-table-empty').innerText()).toContain('Rollouts are temporarily unavailable (Missing bearer token).');
+    await expect.poll(() => page.getByTestId('alert-banner').innerText()).toContain('Unable to refresh rollouts');
+    await screenshot(page, '19-auth-missing-token');
+
+    await nav(page, 'Settings');
+    await page.getByTestId('settings-api-token').fill('wrong');
+    await page.getByTestId('settings-api-token').blur();
+    await nav(page, 'Rollouts');
+    await expect.poll(() => page.getByTestId('rollouts-table-empty').innerText()).toContain('Invalid bearer token');
+
+    await nav(page, 'Settings');
+    await page.getByTestId('settings-api-token').fill(TOKEN);
+    await page.getByTestId('settings-api-token').blur();
+    await screenshot(page, '20-settings-token');
+    expect(await page.evaluate(() => window.localStorage.getItem('rollouthub.dashboard.apiToken'))).toBe(TOKEN);
+    requests.clear();
+    await nav(page, 'Rollouts');
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+    await waitForCount(page.getByTestId('alert-banner'), 0);
+    const i = requests.urls.findIndex((u) => u.pathname === '/v1/agl/rollouts');
+    expect(requests.headers[i].authorization).toBe(`Bearer ${TOKEN}`);
+    await screenshot(page, '21-rollouts-with-token');
+
+    await page.reload();
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
+    await nav(page, 'Runners');
+    await waitForCount(page.getByTestId('runners-table-row'), 4);
+  });
+});

@@ -1,0 +1,119 @@
+// HTTP access: base URL resolution, bearer token, error shape (dashboard.md 4.1 and 5).
+import { buildUrl, type Params } from './url';
+
+export class ApiError extends Error {
+  readonly status: number | null;
+  readonly detail: string | null;
+  readonly body: unknown;
+
+  constructor(message: string, status: number | null, detail: string | null, body: unknown = null) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.detail = detail;
+    this.body = body;
+  }
+}
+
+export interface ClientConfig {
+  baseUrl: string;
+  token: string;
+  /** Origin used when `baseUrl` is blank (window.location.origin in the browser). */
+  origin: string;
+}
+
+export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
+
+export class ApiClient {
+  readonly config: ClientConfig;
+  private readonly fetchImpl: FetchLike;
+
+  constructor(config: ClientConfig, fetchImpl?: FetchLike) {
+    this.config = config;
+    this.fetchImpl = fetchImpl ?? ((input, init) => fetch(input, init));
+  }
+
+  /** Cache key of the server this client talks to (capabilities are remembered per server). */
+  get serverKey(): string {
+    return (this.config.baseUrl.trim() || this.config.origin).replace(/\/+$/, '');
+  }
+
+  url(path: string, params: Params = {}): string {
+    return buildUrl(this.config.baseUrl, path, params, this.config.origin);
+  }
+
+  headers(): Record<string, string> {
+    const h: Record<string, string> = { Accept: 'application/json' };
+    const token = this.config.token.trim();
+    if (token) h.Authorization = `Bearer ${token}`;
+    return h;
+  }
+
+  async getJson(path: string, params: Params = {}, signal?: AbortSignal): Promise<unknown> {
+    let response: Response;
+    try {
+      response = await this.fetchImpl(this.url(path, params), { method: 'GET', headers: this.headers(), signal });
+    } catch (err) {
+      if ((err as Error)?.name === 'AbortError') throw err;
+      throw new ApiError(`Network error: ${(err as Error)?.message ?? String(err)}`, null, null);
+    }
+    const text = await response.text();
+    let body: unknown = null;
+    if (text) {
+      try {
+        body = JSON.parse(text);
+      } catch {
+        if (response.ok) throw new ApiError('Failed to parse the server response as JSON', response.status, null, text);
+        body = text;
+      }
+    }
+    if (!response.ok) {
+      const detail = extractDetail(body);
+      throw new ApiError(detail ?? `HTTP ${response.status}`, response.status, detail, body);
+    }
+    return body;
+  }
+
+  /** Health check: `GET {baseUrl}/v1/agl/health`; true on HTTP 2xx. */
+  async health(signal?: AbortSignal): Promise<boolean> {
+    try {
+      const response = await this.fetchImpl(this.url('v1/agl/health'), { headers: this.headers(), signal });
+      return response.ok;
+    } catch (err) {
+      if ((err as Error)?.name === 'AbortError') throw err;
+      return false;
+    }
+  }
+}
+
+function extractDetail(body: unknown): string | null {
+  if (body && typeof body === 'object') {
+    const b = body as Record<string, unknown>;
+    for (const key of ['detail', 'message']) {
+      const v = b[key];
+      if (typeof v === 'string') return v;
+      if (Array.isArray(v) && v.length && typeof (v[0] as { msg?: unknown })?.msg === 'string') {
+        return (v[0] as { msg: string }).msg;
+      }
+    }
+  }
+  if (typeof body === 'string' && body.length < 200) return body;
+  return null;
+}
+
+/** Short description of an error for alerts and empty states (dashboard.md 5, `getErrorDescriptor`). */
+export function getErrorDescriptor(error: unknown): string | null {
+  if (!error) return null;
+  if (error instanceof ApiError) {
+    if (error.status === 408 || error.status === 504) return 'Timeout';
+    if (error.detail && /timeout/i.test(error.detail)) return 'Timeout';
+    if (error.detail) return error.detail;
+    if (error.status !== null) return `status: ${error.status}`;
+    return error.message || null;
+  }
+  if (error instanceof Error) {
+    if (/timeout/i.test(error.message)) return 'Timeout';
+    return error.message || null;
+  }
+  return null;
+}

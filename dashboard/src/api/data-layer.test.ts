@@ -1,0 +1,351 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import { ApiClient, ApiError, getErrorDescriptor } from './client';
+import { formatDateTime, formatDuration, formatRelativeTime, formatStatusLabel } from './format';
+import { attributeEntries, buildWaterfall, findFinalReward, getRewardValue } from './insights';
+import { normalizePaginated, normalizeRollout, normalizeSpan, normalizeWorker } from './normalize';
+import {
+  fetchRollouts,
+  fetchSpans,
+  pagination,
+  resetCapabilities,
+  selectResourcesArgs,
+  selectRolloutsArgs,
+  selectSpansArgs,
+  selectWorkersArgs,
+  sortLocally,
+  spansParams,
+} from './queries';
+import type { Span } from './types';
+import { buildQuery, resolveApiUrl } from './url';
+
+const rawRollout = (id: string, extra: Record<string, unknown> = {}) => ({
+  rollout_id: id,
+  input: { q: id },
+  start_time: 100,
+  end_time: null,
+  mode: 'train',
+  resources_id: null,
+  status: 'running',
+  config: { max_attempts: 1, retry_condition: [] },
+  metadata: {},
+  ...extra,
+});
+
+const rawSpan = (id: string, extra: Record<string, unknown> = {}) => ({
+  rollout_id: 'ro-1',
+  attempt_id: 'at-1',
+  sequence_id: 1,
+  trace_id: 't1',
+  span_id: id,
+  parent_id: null,
+  name: id,
+  status: { status_code: 'OK', description: null },
+  attributes: { 'gen_ai.prompt.0.content': 'hi' },
+  events: [],
+  links: [],
+  start_time: 10,
+  end_time: 11,
+  context: { trace_id: 't1', span_id: id, is_remote: false, trace_state: {} },
+  parent: null,
+  resource: { attributes: { 'service.name': 'x' }, schema_url: '' },
+  ...extra,
+});
+
+interface Call {
+  url: URL;
+  headers: Record<string, string>;
+}
+
+function fakeServer(handler: (url: URL) => { status?: number; body: unknown }) {
+  const calls: Call[] = [];
+  const fetchImpl = async (input: string, init?: RequestInit) => {
+    const url = new URL(input);
+    calls.push({ url, headers: (init?.headers ?? {}) as Record<string, string> });
+    const { status = 200, body } = handler(url);
+    return new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } });
+  };
+  return { calls, fetchImpl };
+}
+
+beforeEach(() => resetCapabilities());
+
+describe('url building', () => {
+  it('normalises slashes and falls back to the origin', () => {
+    expect(resolveApiUrl('http://h:1/', '/v1/agl/rollouts', 'http://o')).toBe('http://h:1/v1/agl/rollouts');
+    expect(resolveApiUrl('  ', 'v1/agl/health', 'http://o:2')).toBe('http://o:2/v1/agl/health');
+    expect(resolveApiUrl('http://h', 'http://abs/x', 'http://o')).toBe('http://abs/x');
+  });
+  it('repeats multi-valued parameters and omits empty ones', () => {
+    expect(buildQuery({ status_in: ['a', 'b'], x: '', y: undefined, z: null, mode_in: [], limit: 5 })).toBe(
+      '?status_in=a&status_in=b&limit=5',
+    );
+  });
+});
+
+describe('query arguments', () => {
+  const base = { searchTerm: '', page: 1, recordsPerPage: 100, sort: { column: 'startTimestamp', direction: 'desc' as const } };
+  it('rollouts defaults', () => {
+    expect(selectRolloutsArgs({ ...base, statusFilters: [], modeFilters: [] })).toEqual({
+      limit: 100,
+      offset: 0,
+      sortBy: 'start_time',
+      sortOrder: 'desc',
+    });
+  });
+  it('rollouts filters, search and sort mapping', () => {
+    const args = selectRolloutsArgs({
+      ...base,
+      page: 3,
+      recordsPerPage: 50,
+      searchTerm: '  ro-1 ',
+      statusFilters: ['succeeded', 'failed'],
+      modeFilters: ['val'],
+      sort: { column: 'durationSeconds', direction: 'asc' },
+    });
+    expect(args).toEqual({
+      limit: 50,
+      offset: 100,
+      sortBy: 'duration',
+      sortOrder: 'asc',
+      statusIn: ['succeeded', 'failed'],
+      modeIn: ['val'],
+      rolloutIdContains: 'ro-1',
+    });
+    expect(selectRolloutsArgs({ ...base, statusFilters: [], modeFilters: [], sort: { column: 'nope', direction: 'asc' } }).sortBy).toBe(
+      'start_time',
+    );
+  });
+  it('pagination clamps the page size', () => {
+    expect(pagination(2, 0)).toEqual({ limit: 1, offset: 1 });
+  });
+  it('spans search uses the three contains parameters with or logic', () => {
+    const args = selectSpansArgs({ ...base, sort: { column: 'statusCode', direction: 'asc' }, rolloutId: 'ro-1', attemptId: null, searchTerm: 'abc' });
+    expect(args?.sortBy).toBe('status_code');
+    const params = spansParams(args!);
+    expect(params).toMatchObject({ rollout_id: 'ro-1', trace_id_contains: 'abc', span_id_contains: 'abc', name_contains: 'abc', filter_logic: 'or' });
+    expect(params.attempt_id).toBeUndefined();
+    expect(selectSpansArgs({ ...base, rolloutId: null, attemptId: null })).toBeNull();
+  });
+  it('resources and workers defaults', () => {
+    const s = { ...base, recordsPerPage: 50, sort: { column: 'updateTime', direction: 'desc' as const } };
+    expect(selectResourcesArgs(s)).toEqual({ limit: 50, offset: 0, sortBy: 'update_time', sortOrder: 'desc', search: undefined });
+    expect(selectWorkersArgs({ ...s, sort: { column: 'currentAttemptId', direction: 'asc' } }).sortBy).toBe('current_attempt_id');
+  });
+});
+
+describe('normalisation', () => {
+  it('rollout with and without attempt', () => {
+    const r = normalizeRollout(
+      rawRollout('ro-1', { attempt: { rollout_id: 'ro-1', attempt_id: 'at-1', sequence_id: 2, start_time: 5, status: 'running' } }),
+    );
+    expect(r.rolloutId).toBe('ro-1');
+    expect(r.attempt?.attemptId).toBe('at-1');
+    expect(r.attempt?.lastHeartbeatTime).toBe(5); // falls back to start time
+    expect(r.config).toEqual({ maxAttempts: 1, retryCondition: [] });
+    expect(normalizeRollout(rawRollout('ro-2')).attempt).toBeNull();
+  });
+  it('span keeps attributes verbatim and status snake-case', () => {
+    const s = normalizeSpan(rawSpan('s1', { status: { statusCode: 'ERROR' } }));
+    expect(s.attributes['gen_ai.prompt.0.content']).toBe('hi');
+    expect(s.status).toEqual({ status_code: 'ERROR', description: null });
+    expect((s.context as Record<string, unknown>).trace_id).toBe('t1');
+    expect(normalizeSpan({ ...rawSpan('s2'), parent_id: undefined }).parentId).toBeNull();
+  });
+  it('worker nulls and envelope defaults', () => {
+    expect(normalizeWorker({ worker_id: 'w' })).toMatchObject({ workerId: 'w', status: 'unknown', lastBusyTime: null });
+    expect(normalizePaginated({ items: 'x' }, (v) => v)).toEqual({ items: [], limit: 0, offset: 0, total: 0 });
+    expect(() => normalizePaginated(42, (v) => v)).toThrow();
+  });
+});
+
+describe('formatting and errors', () => {
+  it('durations and labels', () => {
+    expect(formatDuration(3725)).toBe('1h 2m 5s');
+    expect(formatDuration(60)).toBe('1m');
+    expect(formatDuration(0.5)).toBe('0s');
+    expect(formatDuration(0)).toBe('—');
+    expect(formatStatusLabel('requeuing')).toBe('Requeuing');
+    expect(formatStatusLabel('in_progress-now')).toBe('In Progress Now');
+    expect(formatRelativeTime(100, 103_000)).toBe('Just now');
+    expect(formatRelativeTime(100, 190_000)).toBe('1m 30s ago');
+    expect(formatDateTime(null)).toBe('—');
+    expect(formatDateTime(0)).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+  });
+  it('error descriptors', () => {
+    expect(getErrorDescriptor(new ApiError('x', 504, null))).toBe('Timeout');
+    expect(getErrorDescriptor(new ApiError('x', 500, 'Read timeout happened'))).toBe('Timeout');
+    expect(getErrorDescriptor(new ApiError('x', 401, 'Invalid bearer token'))).toBe('Invalid bearer token');
+    expect(getErrorDescriptor(new ApiError('', 502, null))).toBe('status: 502');
+    expect(getErrorDescriptor(null)).toBeNull();
+  });
+});
+
+describe('fetchers against a fake server', () => {
+  it('sends the bearer token and repeated filters', async () => {
+    const { calls, fetchImpl } = fakeServer(() => ({ body: { items: [rawRollout('ro-1')], limit: 100, offset: 0, total: 1 } }));
+    const client = new ApiClient({ baseUrl: 'http://s', token: 'tok', origin: 'http://o' }, fetchImpl);
+    const page = await fetchRollouts(client, { limit: 100, offset: 0, sortBy: 'start_time', sortOrder: 'desc', statusIn: ['running', 'failed'] });
+    expect(page.total).toBe(1);
+    expect(calls[0].headers.Authorization).toBe('Bearer tok');
+    expect(calls[0].url.searchParams.getAll('status_in')).toEqual(['running', 'failed']);
+  });
+
+  it('raises ApiError with the server detail', async () => {
+    const { fetchImpl } = fakeServer(() => ({ status: 401, body: { detail: 'Missing bearer token' } }));
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    await expect(fetchRollouts(client, { limit: 1, offset: 0, sortBy: 'start_time', sortOrder: 'desc' })).rejects.toMatchObject({
+      status: 401,
+      detail: 'Missing bearer token',
+    });
+  });
+
+  it('filters by mode locally when the server does not declare mode_in', async () => {
+    const all = [rawRollout('a', { mode: 'train' }), rawRollout('b', { mode: 'val' }), rawRollout('c', { mode: null }), rawRollout('d', { mode: 'val' })];
+    const { calls, fetchImpl } = fakeServer((url) => {
+      if (url.pathname === '/openapi.json') return { body: { paths: { '/v1/agl/rollouts': { get: { parameters: [{ name: 'status_in' }] } } } } };
+      return { body: { items: all, limit: -1, offset: 0, total: all.length } };
+    });
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    const page = await fetchRollouts(client, { limit: 1, offset: 1, sortBy: 'start_time', sortOrder: 'desc', modeIn: ['val'] });
+    expect(page.items.map((r) => r.rolloutId)).toEqual(['d']);
+    expect(page.total).toBe(2);
+    const listCall = calls.find((c) => c.url.pathname === '/v1/agl/rollouts')!;
+    expect(listCall.url.searchParams.getAll('mode_in')).toEqual(['val']);
+    expect(listCall.url.searchParams.get('limit')).toBe('-1');
+  });
+
+  it('trusts the server when it declares mode_in', async () => {
+    const { calls, fetchImpl } = fakeServer((url) => {
+      if (url.pathname === '/openapi.json') return { body: { paths: { '/v1/agl/rollouts': { get: { parameters: [{ name: 'mode_in' }] } } } } };
+      return { body: { items: [rawRollout('b', { mode: 'val' })], limit: 5, offset: 0, total: 7 } };
+    });
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    const page = await fetchRollouts(client, { limit: 5, offset: 0, sortBy: 'start_time', sortOrder: 'desc', modeIn: ['val'] });
+    expect(page.total).toBe(7);
+    expect(calls.filter((c) => c.url.pathname === '/v1/agl/rollouts')[0].url.searchParams.get('limit')).toBe('5');
+  });
+
+  it('sorts by a derived key locally after the server rejects it, and remembers', async () => {
+    const att = (id: string, worker: string | null, start: number, end: number | null) => ({
+      rollout_id: id, attempt_id: `at-${id}`, sequence_id: 1, start_time: start, end_time: end, status: 'running', worker_id: worker,
+    });
+    const all = [
+      rawRollout('a', { attempt: att('a', 'w-2', 0, 50) }),
+      rawRollout('b', { attempt: att('b', null, 0, 10) }),
+      rawRollout('c', { attempt: att('c', 'w-1', 0, 30) }),
+    ];
+    const { calls, fetchImpl } = fakeServer((url) => {
+      const sortBy = url.searchParams.get('sort_by');
+      if (sortBy && !['start_time', 'rollout_id', 'status'].includes(sortBy)) {
+        return { status: 400, body: { detail: `Invalid sort_by: ${sortBy}, allowed fields are: rollout_id, ...` } };
+      }
+      return { body: { items: all, limit: -1, offset: 0, total: 3 } };
+    });
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    const byDuration = await fetchRollouts(client, { limit: 10, offset: 0, sortBy: 'duration', sortOrder: 'desc' });
+    expect(byDuration.items.map((r) => r.rolloutId)).toEqual(['a', 'c', 'b']);
+    const n = calls.length;
+    await fetchRollouts(client, { limit: 10, offset: 0, sortBy: 'duration', sortOrder: 'asc' });
+    expect(calls.length).toBe(n + 1); // no second rejected attempt
+    const byWorker = await fetchRollouts(client, { limit: 2, offset: 0, sortBy: 'worker_id', sortOrder: 'asc' });
+    expect(byWorker.items.map((r) => r.rolloutId)).toEqual(['c', 'a']); // null worker last
+    expect(byWorker.total).toBe(3);
+  });
+
+  it('sorts spans by status_code locally when rejected', async () => {
+    const all = [rawSpan('s1', { status: { status_code: 'OK' } }), rawSpan('s2', { status: { status_code: 'ERROR' } }), rawSpan('s3', { status: { status_code: 'UNSET' } })];
+    const { fetchImpl } = fakeServer((url) =>
+      url.searchParams.get('sort_by') === 'status_code'
+        ? { status: 400, body: { detail: 'Invalid sort_by: status_code, allowed fields are: ...' } }
+        : { body: { items: all, limit: -1, offset: 0, total: 3 } },
+    );
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    const page = await fetchSpans(client, { rolloutId: 'ro-1', limit: 100, offset: 0, sortBy: 'status_code', sortOrder: 'asc' });
+    expect(page.items.map((s) => s.spanId)).toEqual(['s2', 's1', 's3']);
+  });
+
+  it('does not swallow other errors', async () => {
+    const { fetchImpl } = fakeServer(() => ({ status: 500, body: { detail: 'Internal server error' } }));
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    await expect(fetchRollouts(client, { limit: 1, offset: 0, sortBy: 'duration', sortOrder: 'asc' })).rejects.toBeInstanceOf(ApiError);
+  });
+});
+
+describe('insights', () => {
+  const span = (id: string, parent: string | null, start: number | null, end: number | null, seq = 1, attrs = {}, name = id): Span =>
+    normalizeSpan(rawSpan(id, { parent_id: parent, start_time: start, end_time: end, sequence_id: seq, attributes: attrs, name }));
+
+  it('reward extraction', () => {
+    expect(getRewardValue(span('a', null, 1, 2, 1, { 'agentlightning.reward.0.value': 0.5 }))).toBe(0.5);
+    expect(getRewardValue(span('a', null, 1, 2, 1, { 'agentops.task.output': '{"type":"reward","value":2}' }))).toBe(2);
+    expect(getRewardValue(span('a', null, 1, 2, 1, { reward: 1 }, 'agentlightning.annotation'))).toBe(1);
+    expect(getRewardValue(span('a', null, 1, 2, 1, { reward: 1 }, 'llm'))).toBeNull();
+    expect(
+      findFinalReward([
+        span('x', null, 1, 2, 3, { 'agentlightning.reward.0.value': 0.9 }),
+        span('y', null, 1, 2, 5, {}),
+        span('z', null, 1, 2, 1, { 'agentlightning.reward.0.value': 0.1 }),
+      ]),
+    ).toBe(0.9);
+  });
+
+  it('waterfall nests children under parents and positions bars', () => {
+    const layout = buildWaterfall([
+      span('child2', 'root', 15, 18, 3),
+      span('root', null, 10, 20, 1),
+      span('child1', 'root', 11, 14, 2),
+      span('grand', 'child1', 12, null, 4),
+      span('orphan', 'missing', 19, 20, 5),
+    ], 20);
+    expect(layout.rows.map((r) => [r.span.spanId, r.depth])).toEqual([
+      ['root', 0],
+      ['child1', 1],
+      ['grand', 2],
+      ['child2', 1],
+      ['orphan', 0],
+    ]);
+    expect(layout.start).toBe(10);
+    expect(layout.total).toBe(10);
+    expect(layout.rows[1].offset).toBe(1);
+    expect(layout.rows[2].open).toBe(true);
+    expect(layout.rows[0].hasChildren).toBe(true);
+  });
+
+  it('attribute entries are sorted and stringified', () => {
+    expect(attributeEntries({ b: 1, a: 'x', c: [1, 2] })).toEqual([['a', 'x'], ['b', '1'], ['c', '[1,2]']]);
+  });
+
+  it('local sort is stable with nulls last', () => {
+    expect(sortLocally([{ v: 2 }, { v: null }, { v: 1 }, { v: 2 }], (x) => x.v, 'desc').map((x) => x.v)).toEqual([2, 2, 1, null]);
+  });
+});
+
+describe('rollout summary', () => {
+  it('counts statuses and charts final rewards, fetching each finished attempt once', async () => {
+    const { clearRewardCache, fetchRolloutSummary } = await import('./insights');
+    clearRewardCache();
+    const finished = [
+      rawRollout('r1', { status: 'succeeded', end_time: 200, attempt: { rollout_id: 'r1', attempt_id: 'a1', sequence_id: 1, start_time: 100, status: 'succeeded' } }),
+      rawRollout('r2', { status: 'failed', end_time: 150, attempt: { rollout_id: 'r2', attempt_id: 'a2', sequence_id: 1, start_time: 100, status: 'failed' } }),
+    ];
+    const { calls, fetchImpl } = fakeServer((url) => {
+      if (url.pathname === '/v1/agl/spans') {
+        const rid = url.searchParams.get('rollout_id');
+        return { body: { items: [rawSpan(`${rid}-s`, { rollout_id: rid, name: 'agentlightning.annotation', attributes: { 'agentlightning.reward.0.value': rid === 'r1' ? 0.9 : 0.2 } })], limit: -1, offset: 0, total: 1 } };
+      }
+      const statuses = url.searchParams.getAll('status_in');
+      if (statuses.length === 1) return { body: { items: [], limit: 1, offset: 0, total: statuses[0] === 'succeeded' ? 3 : 1 } };
+      return { body: { items: finished, limit: 50, offset: 0, total: 2 } };
+    });
+    const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
+    const summary = await fetchRolloutSummary(client);
+    expect(summary.counts.total).toBe(3 + 6);
+    expect(summary.counts.succeeded).toBe(3);
+    expect(summary.rewards.map((p) => [p.rolloutId, p.reward])).toEqual([['r2', 0.2], ['r1', 0.9]]);
+    const spanCalls = calls.filter((c) => c.url.pathname === '/v1/agl/spans');
+    expect(spanCalls).toHaveLength(2);
+    expect(spanCalls[0].url.searchParams.get('name_contains')).toBe('agentlightning.');
+    await fetchRolloutSummary(client);
+    expect(calls.filter((c) => c.url.pathname === '/v1/agl/spans')).toHaveLength(2); // cached
+  });
+});

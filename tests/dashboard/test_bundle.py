@@ -1,0 +1,91 @@
+"""The committed dashboard bundle ships in the package and is served by the store (no browser needed).
+
+The browser tests live in ``dashboard/e2e`` (run by ``dashboard/ci.sh``); this test keeps the main pytest run honest
+about the Python side: the bundle exists where ``LightningStoreServer`` looks for it and the SPA routes work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+import rollouthub
+from rollouthub.store.client_server import LightningStoreServer
+from rollouthub.store.memory import InMemoryLightningStore
+
+BUNDLE = Path(rollouthub.__file__).resolve().parent / "dashboard"
+
+
+async def _get(app: Any, path: str, headers: Dict[str, str] | None = None) -> Tuple[int, Dict[str, str], bytes]:
+    raw_path, _, query = path.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": raw_path,
+        "raw_path": raw_path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 12345),
+        "server": ("127.0.0.1", 80),
+    }
+    messages: List[Dict[str, Any]] = []
+    sent = False
+
+    async def receive() -> Dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client never disconnects; the response cancels this when done
+        return {"type": "http.disconnect"}
+
+    async def send(message: Dict[str, Any]) -> None:
+        messages.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in messages if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+    return start["status"], {k.decode().lower(): v.decode() for k, v in start.get("headers", [])}, body
+
+
+def test_bundle_is_in_the_package() -> None:
+    index = BUNDLE / "index.html"
+    assert index.is_file(), "build the dashboard: cd dashboard && npm ci && npm run build"
+    html = index.read_text()
+    assert "<title>Agent-lightning Dashboard</title>" in html
+    assets = re.findall(r'(?:src|href)="/assets/([^"]+)"', html)
+    assert any(a.endswith(".js") for a in assets) and any(a.endswith(".css") for a in assets)
+    for asset in assets:
+        assert (BUNDLE / "assets" / asset).is_file(), asset
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])
+async def test_store_serves_the_dashboard(token: str | None) -> None:
+    server = LightningStoreServer(InMemoryLightningStore(), "127.0.0.1", 4747, api_token=token)
+    app = server.app
+    index = (BUNDLE / "index.html").read_bytes()
+    for path in ("/", "/rollouts", "/traces?rolloutId=ro-x&attemptId=at-y", "/runners"):
+        status, _, body = await _get(app, path)
+        assert status == 200 and body == index, path
+    asset = next(p.name for p in (BUNDLE / "assets").iterdir() if p.suffix == ".js")
+    status, headers, _ = await _get(app, f"/assets/{asset}")
+    assert status == 200
+    assert headers["cache-control"] == "public, max-age=31536000, immutable"
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    status, _, _ = await _get(app, "/v1/unknown", auth)
+    assert status == 404
+    status, _, _ = await _get(app, "/v1/agl/health")
+    assert status == 200
+    status, _, _ = await _get(app, "/v1/agl/rollouts")
+    assert status == (401 if token else 200)
+    if token:
+        status, _, _ = await _get(app, "/v1/agl/rollouts", auth)
+        assert status == 200
