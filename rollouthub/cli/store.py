@@ -1,0 +1,236 @@
+"""``rollouthub store``: run the LightningStore server (store.md 13.2 plus ``--backend``, auth and limits).
+
+Exit status: 0 after a clean shutdown (Ctrl+C / SIGTERM), 1 when the server cannot start (e.g. the port is already in
+use), 2 for invalid arguments (e.g. ``--n-workers 2 --backend memory``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+from typing import Any, List, Optional, Sequence
+
+__all__ = ["main", "build_parser", "DEFAULT_BACKEND", "DEFAULT_MAX_BODY_BYTES"]
+
+logger = logging.getLogger("rollouthub.cli.store")
+
+DEFAULT_BACKEND = "sqlite:///./rollouthub.db"
+"""A SQLite file in the working directory."""
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+_SQL_PREFIXES = ("sqlite", "postgresql", "postgres")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``rollouthub store``."""
+    parser = argparse.ArgumentParser(prog="rollouthub store", description="Run the LightningStore server.")
+    parser.add_argument("--host", default="127.0.0.1", help="Bind address (default: 127.0.0.1, loopback only).")
+    parser.add_argument("--port", type=int, default=4747, help="Port (default: 4747).")
+    parser.add_argument(
+        "--backend",
+        default=DEFAULT_BACKEND,
+        help="'memory' for the in-memory store, or a SQL URL (sqlite:///path.db, postgresql://...). "
+        f"Default: {DEFAULT_BACKEND}.",
+    )
+    parser.add_argument(
+        "--n-workers",
+        type=int,
+        default=1,
+        help="Number of server processes sharing the port (> 1 requires a SQL backend).",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--tracker", nargs="+", choices=["prometheus", "console"], default=None, help="Metrics backend(s)."
+    )
+    parser.add_argument(
+        "--cors-origin", action="append", default=None, dest="cors_origins", help="Allowed CORS origin (repeatable)."
+    )
+    parser.add_argument(
+        "--api-token",
+        default=None,
+        help="Require 'Authorization: Bearer <token>' on every route except health "
+        "(default: $ROLLOUTHUB_API_TOKEN; unset = no authentication).",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"Largest accepted request body in bytes; larger bodies get 413 (default: {DEFAULT_MAX_BODY_BYTES}).",
+    )
+    parser.add_argument("--access-log", action="store_true", help="Log every request (uvicorn access log).")
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s [%(levelname)s] (Process-%(process)d %(name)s)   %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    logging.getLogger("rollouthub").setLevel(getattr(logging, level))
+
+
+def _build_tracker(names: Optional[List[str]], n_workers: int) -> Any:
+    if not names:
+        return None
+    from rollouthub.utils.metrics import (
+        ConsoleMetricsBackend,
+        MultiMetricsBackend,
+        PrometheusMetricsBackend,
+        setup_multiprocess_prometheus,
+    )
+
+    backends: List[Any] = []
+    if "prometheus" in names:
+        if n_workers > 1:
+            preset = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+            directory = setup_multiprocess_prometheus()
+            if not preset:  # we created it: remove it when the server exits
+                atexit.register(shutil.rmtree, directory, True)
+        backends.append(PrometheusMetricsBackend())
+    if "console" in names:
+        backends.append(ConsoleMetricsBackend())
+    return backends[0] if len(backends) == 1 else MultiMetricsBackend(backends)
+
+
+def _build_store(backend: str, tracker: Any) -> Any:
+    if backend == "memory":
+        from rollouthub.store.memory import InMemoryLightningStore
+
+        return InMemoryLightningStore(thread_safe=True, tracker=tracker)
+    from rollouthub.store.sql import SqlLightningStore
+
+    return SqlLightningStore(backend, tracker=tracker)
+
+
+def _is_sql(backend: str) -> bool:
+    return backend.split(":", 1)[0].split("+", 1)[0].lower() in _SQL_PREFIXES
+
+
+async def _serve(server: Any, backend_label: str) -> int:
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    stop_requested = asyncio.Event()
+
+    def request_stop() -> None:
+        if not stop_requested.is_set():
+            stop_requested.set()
+            logger.info("Shutting down the store server...")
+
+    installed: List[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, request_stop)
+            installed.append(sig)
+    try:
+        try:
+            await server.start()
+        except RuntimeError as exc:
+            if stop_requested.is_set():  # interrupted while starting up
+                return 0
+            logger.error("Cannot start the store server: %s", exc)
+            return 1
+        endpoint = server.endpoint
+        logger.info("Store backend: %s", backend_label)
+        logger.info("Store API:     %s/v1/agl (health: %s/v1/agl/health)", endpoint, endpoint)
+        logger.info("OTLP traces:   %s/v1/traces", endpoint)
+        if server.prometheus_enabled:
+            logger.info("Prometheus:    %s/v1/prometheus/", endpoint)
+        if server.dashboard_enabled:
+            logger.info("Dashboard:     %s/", endpoint)
+        else:
+            logger.info("Dashboard:     not available (no dashboard bundle installed)")
+        launcher = server.server_launcher
+        while launcher.is_running() and not stop_requested.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop_requested.wait(), timeout=0.2)
+        await server.stop()
+        logger.info("Store server stopped.")
+        return 0
+    except asyncio.CancelledError:
+        uncancel = getattr(main_task, "uncancel", None)  # Python >= 3.11
+        if uncancel is not None:
+            uncancel()
+        with contextlib.suppress(Exception):
+            await server.stop()
+        return 0
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``rollouthub store``; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    backend: str = args.backend
+    if backend != "memory" and not _is_sql(backend):
+        parser.print_usage(sys.stderr)
+        print(
+            f"rollouthub store: error: unsupported --backend {backend!r}; use 'memory' or a sqlite:// / "
+            "postgresql:// URL",
+            file=sys.stderr,
+        )
+        return 2
+    if args.n_workers < 1:
+        print("rollouthub store: error: --n-workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.n_workers > 1 and backend == "memory":
+        print(
+            "rollouthub store: error: --n-workers > 1 needs a backend shared by all worker processes; the in-memory "
+            "store lives in a single process. Use a SQL backend (e.g. --backend sqlite:///./rollouthub.db) or "
+            "--n-workers 1.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.max_body_bytes <= 0:
+        print("rollouthub store: error: --max-body-bytes must be positive", file=sys.stderr)
+        return 2
+    _configure_logging(args.log_level)
+
+    from rollouthub.env_var import resolve_api_token
+    from rollouthub.store.client_server import LightningStoreServer
+    from rollouthub.utils.server_launcher import PythonServerLauncherArgs
+
+    tracker = _build_tracker(args.tracker, args.n_workers)
+    try:
+        store = _build_store(backend, tracker)
+    except Exception as exc:  # noqa: BLE001 - report configuration errors without a traceback
+        logger.error("Cannot open the %r backend: %s", backend, exc)
+        return 1
+    launcher_args = PythonServerLauncherArgs(
+        host=args.host,
+        port=args.port,
+        launch_mode="mp" if args.n_workers > 1 else "asyncio",
+        n_workers=args.n_workers,
+        healthcheck_url="/v1/agl/health",
+        log_level=getattr(logging, args.log_level),
+        access_log=args.access_log,
+    )
+    try:
+        server = LightningStoreServer(
+            store,
+            cors_allow_origins=args.cors_origins,
+            launcher_args=launcher_args,
+            tracker=tracker,
+            api_token=resolve_api_token(args.api_token),
+            max_body_bytes=args.max_body_bytes,
+        )
+    except ValueError as exc:
+        print(f"rollouthub store: error: {exc}", file=sys.stderr)
+        return 2
+    label = "memory (InMemoryLightningStore)" if backend == "memory" else getattr(store, "database_url", backend)
+    try:
+        return asyncio.run(_serve(server, str(label)))
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,491 @@
+"""The store over HTTP: request/response models (store.md 11.4), ``LightningStoreServer`` (11.1-11.3) and the client.
+
+The FastAPI application itself (routes, middleware, OTLP, Prometheus, dashboard) lives in
+:mod:`rollouthub.store.server_app`; this module keeps the public names of the reference module
+``agentlightning.store.client_server``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import threading
+from typing import Any, Dict, List, Literal, Optional, Sequence, Union
+
+from pydantic import BaseModel
+
+from rollouthub.types import (
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    Span,
+    TaskInput,
+    WorkerStatus,
+)
+from rollouthub.utils.metrics import MetricsBackend
+from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
+
+from .base import LightningStore, LightningStoreCapabilities
+from .client import LightningStoreClient
+
+__all__ = [
+    "API_V1_PREFIX",
+    "API_AGL_PREFIX",
+    "API_V1_AGL_PREFIX",
+    "RolloutRequest",
+    "EnqueueManyRolloutsRequest",
+    "DequeueManyRolloutsRequest",
+    "StartAttemptRequest",
+    "QueryRolloutsRequest",
+    "QueryAttemptsRequest",
+    "QueryResourcesRequest",
+    "QuerySpansRequest",
+    "QueryWorkersRequest",
+    "WaitForRolloutsRequest",
+    "NextSequenceIdRequest",
+    "NextSequenceIdResponse",
+    "UpdateRolloutRequest",
+    "UpdateAttemptRequest",
+    "UpdateWorkerRequest",
+    "LightningStoreServer",
+    "LightningStoreClient",
+    "Span",
+]
+
+logger = logging.getLogger(__name__)
+
+API_V1_PREFIX = "/v1"
+API_AGL_PREFIX = "/agl"
+API_V1_AGL_PREFIX = API_V1_PREFIX + API_AGL_PREFIX
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Request / response models (store.md 11.4)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class RolloutRequest(BaseModel):
+    """Body of ``POST /v1/agl/rollouts`` (``start_rollout``)."""
+
+    input: TaskInput
+    mode: Optional[RolloutMode] = None
+    resources_id: Optional[str] = None
+    config: Optional[RolloutConfig] = None
+    metadata: Optional[Dict[str, Any]] = None
+    worker_id: Optional[str] = None
+
+
+class EnqueueManyRolloutsRequest(BaseModel):
+    """Body of ``POST /v1/agl/queues/rollouts/enqueue``."""
+
+    rollouts: List[EnqueueRolloutRequest]
+
+
+class DequeueManyRolloutsRequest(BaseModel):
+    """Body of ``POST /v1/agl/queues/rollouts/dequeue``."""
+
+    limit: int = 1
+    worker_id: Optional[str] = None
+
+
+class StartAttemptRequest(BaseModel):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts``."""
+
+    worker_id: Optional[str] = None
+
+
+class QueryRolloutsRequest(BaseModel):
+    """Body of ``POST /v1/agl/rollouts/search``."""
+
+    status_in: Optional[List[RolloutStatus]] = None
+    rollout_id_in: Optional[List[str]] = None
+    rollout_id_contains: Optional[str] = None
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = None
+    sort_order: Literal["asc", "desc"] = "asc"
+    filter_logic: Literal["and", "or"] = "and"
+
+
+class QueryAttemptsRequest(BaseModel):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/search``."""
+
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = "sequence_id"
+    sort_order: Literal["asc", "desc"] = "asc"
+
+
+class QueryResourcesRequest(BaseModel):
+    """Query parameters of ``GET /v1/agl/resources``."""
+
+    resources_id: Optional[str] = None
+    resources_id_contains: Optional[str] = None
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = None
+    sort_order: Literal["asc", "desc"] = "asc"
+
+
+class QuerySpansRequest(BaseModel):
+    """Body of ``POST /v1/agl/spans/search``."""
+
+    rollout_id: str
+    attempt_id: Optional[str] = None
+    trace_id: Optional[str] = None
+    trace_id_contains: Optional[str] = None
+    span_id: Optional[str] = None
+    span_id_contains: Optional[str] = None
+    parent_id: Optional[str] = None
+    parent_id_contains: Optional[str] = None
+    name: Optional[str] = None
+    name_contains: Optional[str] = None
+    filter_logic: Literal["and", "or"] = "and"
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = "sequence_id"
+    sort_order: Literal["asc", "desc"] = "asc"
+
+
+class QueryWorkersRequest(BaseModel):
+    """Body of ``POST /v1/agl/workers/search``."""
+
+    status_in: Optional[List[WorkerStatus]] = None
+    worker_id_contains: Optional[str] = None
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = None
+    sort_order: Literal["asc", "desc"] = "asc"
+    filter_logic: Literal["and", "or"] = "and"
+
+
+class WaitForRolloutsRequest(BaseModel):
+    """Body of ``POST /v1/agl/waits/rollouts``."""
+
+    rollout_ids: List[str]
+    timeout: Optional[float] = None
+
+
+class NextSequenceIdRequest(BaseModel):
+    """Body of ``POST /v1/agl/spans/next``."""
+
+    rollout_id: str
+    attempt_id: str
+
+
+class NextSequenceIdResponse(BaseModel):
+    """Response of ``POST /v1/agl/spans/next``."""
+
+    sequence_id: int
+
+
+class UpdateRolloutRequest(BaseModel):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}``; a key counts as provided iff present in the JSON body."""
+
+    input: Optional[TaskInput] = None
+    mode: Optional[RolloutMode] = None
+    resources_id: Optional[str] = None
+    status: Optional[RolloutStatus] = None
+    config: Optional[RolloutConfig] = None
+    metadata: Optional[Dict[str, Any]] = None
+
+
+class UpdateAttemptRequest(BaseModel):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}`` (presence semantics)."""
+
+    status: Optional[AttemptStatus] = None
+    worker_id: Optional[str] = None
+    last_heartbeat_time: Optional[float] = None
+    metadata: Optional[Dict[str, Any]] = None
+
+
+class UpdateWorkerRequest(BaseModel):
+    """Body of ``POST /v1/agl/workers/{worker_id}``."""
+
+    heartbeat_stats: Optional[Dict[str, Any]] = None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The server
+# ---------------------------------------------------------------------------------------------------------------------
+
+_DELEGATED_METHODS = (
+    "statistics",
+    "start_rollout",
+    "enqueue_rollout",
+    "enqueue_many_rollouts",
+    "dequeue_rollout",
+    "dequeue_many_rollouts",
+    "start_attempt",
+    "query_rollouts",
+    "query_attempts",
+    "get_rollout_by_id",
+    "get_latest_attempt",
+    "query_resources",
+    "add_resources",
+    "update_resources",
+    "get_resources_by_id",
+    "get_latest_resources",
+    "add_span",
+    "add_many_spans",
+    "get_next_span_sequence_id",
+    "get_many_span_sequence_ids",
+    "wait_for_rollouts",
+    "query_spans",
+    "update_rollout",
+    "update_attempt",
+    "query_workers",
+    "get_worker_by_id",
+    "update_worker",
+)
+
+
+def _normalize_cors_origins(origins: Union[Sequence[str], str, None]) -> Optional[List[str]]:
+    """Apply store.md 11.8: ``None``/empty → disabled; ``"*"`` anywhere → ``["*"]``."""
+    if origins is None:
+        return None
+    items = [origins] if isinstance(origins, str) else list(origins)
+    cleaned = [item.strip() for item in items if item and item.strip()]
+    if any(item == "*" for item in cleaned):
+        return ["*"]
+    return cleaned or None
+
+
+class LightningStoreServer(LightningStore):
+    """Expose a store over HTTP and delegate every store method to it (store.md 11.1-11.3).
+
+    Besides the reference's arguments, ``api_token`` enables bearer-token authentication (every route except
+    ``GET /v1/agl/health``), ``max_body_bytes`` limits request bodies (413 above it) and ``dashboard_dir`` overrides the
+    directory of the dashboard bundle.
+    """
+
+    def __init__(
+        self,
+        store: LightningStore,
+        host: Optional[str] = None,
+        port: Optional[int] = None,
+        cors_allow_origins: Union[Sequence[str], str, None] = None,
+        launch_mode: LaunchMode = "thread",
+        launcher_args: Optional[PythonServerLauncherArgs] = None,
+        n_workers: int = 1,
+        tracker: Optional[MetricsBackend] = None,
+        *,
+        api_token: Optional[str] = None,
+        max_body_bytes: int = 32 * 1024 * 1024,
+        dashboard_dir: Optional[str] = None,
+    ) -> None:
+        if launcher_args is not None:
+            if host is not None or port is not None or launch_mode != "thread":
+                raise ValueError("host, port, and launch_mode cannot be set when launcher_args is provided.")
+            self.launcher_args = launcher_args
+        else:
+            if port is None:
+                logger.warning("No port provided to LightningStoreServer; using the default port 4747.")
+                port = 4747
+            self.launcher_args = PythonServerLauncherArgs(
+                host=host,
+                port=port,
+                launch_mode=launch_mode,
+                healthcheck_url=API_V1_AGL_PREFIX + "/health",
+                n_workers=n_workers,
+            )
+        caps = store.capabilities
+        if not caps.get("async_safe", False):
+            raise ValueError("The store is not async-safe. Please use another store for the server.")
+        mode = self.launcher_args.launch_mode
+        if mode == "mp" and not caps.get("zero_copy", False):
+            raise ValueError(
+                "The store does not support zero-copy. Please use another store, or use asyncio or thread mode to "
+                "launch the server."
+            )
+        if mode == "thread" and not caps.get("thread_safe", False):
+            logger.warning(
+                "The store is not thread-safe; calls from the caller's thread and the server thread are serialized "
+                "with a lock."
+            )
+        self.store: Optional[LightningStore] = store
+        self._tracker = tracker
+        self._cors_allow_origins = _normalize_cors_origins(cors_allow_origins)
+        self._api_token = api_token or None
+        self._max_body_bytes = int(max_body_bytes)
+        self._dashboard_dir = dashboard_dir
+        self._owner_pid = os.getpid()
+        self._client: Optional[LightningStoreClient] = None
+        self._lock = threading.Lock()
+        self._caps_cache: tuple[int, LightningStoreCapabilities] | None = None
+
+        from .server_app import build_app
+
+        self.app: Any = build_app(self)
+        self.server_launcher = PythonServerLauncher(self.app, self.launcher_args)
+
+    # -- pickling (11.2) -----------------------------------------------------------------------------------------------
+    def __getstate__(self) -> Dict[str, Any]:
+        launcher = copy.copy(self.server_launcher)
+        launcher.app = None
+        state: Dict[str, Any] = {
+            "launcher_args": self.launcher_args,
+            "server_launcher": launcher,
+            "_owner_pid": self._owner_pid,
+        }
+        if self._api_token:  # so that an unpickled proxy can still authenticate
+            state["_api_token"] = self._api_token
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.launcher_args = state["launcher_args"]
+        self.server_launcher = state["server_launcher"]
+        self._owner_pid = state["_owner_pid"]
+        self.store = None
+        self.app = None
+        self._tracker = None
+        self._cors_allow_origins = None
+        self._api_token = state.get("_api_token")
+        self._max_body_bytes = 32 * 1024 * 1024
+        self._dashboard_dir = None
+        self._client = None
+        self._lock = threading.Lock()
+        self._caps_cache = None
+
+    # -- identity ------------------------------------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        """All four capabilities are true (the server serializes access itself and speaks OTLP)."""
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=True)
+
+    @property
+    def endpoint(self) -> str:
+        """``http://<access_host>:<port>`` of the server."""
+        return self.server_launcher.access_endpoint
+
+    @property
+    def api_token(self) -> Optional[str]:
+        """The bearer token required by the server, if any."""
+        return self._api_token
+
+    @property
+    def dashboard_enabled(self) -> bool:
+        """Whether a dashboard bundle was found and is served at ``/``."""
+        return bool(self.app is not None and getattr(self.app.state, "dashboard_enabled", False))
+
+    @property
+    def prometheus_enabled(self) -> bool:
+        """Whether ``/v1/prometheus/`` is mounted (a tracker with Prometheus support was given)."""
+        return bool(self.app is not None and getattr(self.app.state, "prometheus_enabled", False))
+
+    def otlp_traces_endpoint(self) -> str:
+        """``<endpoint>/v1/traces``."""
+        return f"{self.endpoint}/v1/traces"
+
+    def __repr__(self) -> str:
+        return f"<LightningStoreServer endpoint={self.endpoint} store={type(self.store).__name__}>"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------------
+    def _check_owner(self, action: str) -> None:
+        if os.getpid() != self._owner_pid:
+            raise RuntimeError(f"LightningStoreServer.{action}() must be called in the process that created it.")
+
+    async def start(self) -> None:
+        """Start serving; returns once the health endpoint answers."""
+        self._check_owner("start")
+        logger.info("Starting the store server at %s (API under %s)", self.endpoint, self.endpoint + API_V1_AGL_PREFIX)
+        await self.server_launcher.start()
+
+    async def run_forever(self) -> None:
+        """Start and block until the server stops (cancellation stops it gracefully)."""
+        self._check_owner("run_forever")
+        await self.server_launcher.run_forever()
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        self._check_owner("stop")
+        await self.server_launcher.stop()
+        if self._client is not None:
+            client, self._client = self._client, None
+            close = getattr(client, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:  # noqa: BLE001
+                    logger.debug("Failed to close the server's internal client", exc_info=True)
+
+    # -- delegation (11.2) ---------------------------------------------------------------------------------------------
+    def _store_caps(self, store: LightningStore) -> LightningStoreCapabilities:
+        cached = self._caps_cache
+        if cached is not None and cached[0] == id(store):
+            return cached[1]
+        caps = store.capabilities
+        self._caps_cache = (id(store), caps)
+        return caps
+
+    def _get_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = LightningStoreClient(self.endpoint, api_token=self._api_token)
+            return self._client
+
+    async def _acquire_lock_async(self) -> None:
+        """Wait for ``_lock`` in a worker thread without blocking the event loop; never leak it on cancellation."""
+        pending = asyncio.ensure_future(asyncio.to_thread(self._lock.acquire))
+        try:
+            await asyncio.shield(pending)
+        except asyncio.CancelledError:
+
+            def release_when_acquired(future: asyncio.Future[bool]) -> None:
+                if not future.cancelled() and future.exception() is None and future.result():
+                    self._lock.release()
+
+            pending.add_done_callback(release_when_acquired)
+            raise
+
+    async def _call(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
+        store = self.store
+        if store is not None:
+            caps = self._store_caps(store)
+            if caps.get("zero_copy"):
+                return await getattr(store, method_name)(*args, **kwargs)
+            if os.getpid() == self._owner_pid:
+                if method_name == "wait_for_rollouts" or caps.get("thread_safe"):
+                    return await getattr(store, method_name)(*args, **kwargs)
+                if not self._lock.acquire(blocking=False):
+                    await self._acquire_lock_async()
+                try:
+                    return await getattr(store, method_name)(*args, **kwargs)
+                finally:
+                    self._lock.release()
+        return await getattr(self._get_client(), method_name)(*args, **kwargs)
+
+
+async def _server_add_otel_span(
+    self: LightningStoreServer,
+    rollout_id: str,
+    attempt_id: str,
+    readable_span: Any,
+    sequence_id: Optional[int] = None,
+) -> Optional[Span]:
+    """Convert an OpenTelemetry span with ``Span.from_opentelemetry`` (allocating a sequence id when none is given)
+    and store it through :meth:`add_span` (directly, or over HTTP from another process)."""
+    if sequence_id is None:
+        sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
+    span = Span.from_opentelemetry(readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id)
+    return await self.add_span(span)  # type: ignore[no-any-return]
+
+
+def _make_delegate(name: str) -> Any:
+    async def method(self: LightningStoreServer, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(name, *args, **kwargs)
+
+    base = getattr(LightningStore, name)
+    method.__name__ = name
+    method.__qualname__ = f"LightningStoreServer.{name}"
+    method.__doc__ = f"{(base.__doc__ or name).rstrip('.')} (delegated to the wrapped store, or over HTTP)."
+    return method
+
+
+for _name in _DELEGATED_METHODS:
+    setattr(LightningStoreServer, _name, _make_delegate(_name))
+del _name
+LightningStoreServer.add_otel_span = _server_add_otel_span  # type: ignore[method-assign,assignment]

@@ -1,0 +1,547 @@
+"""REST routes of the store server under ``/v1/agl`` (store.md 11.5-11.6).
+
+Handlers call the server's delegating methods (``server.<method>``), which call ``server.store.<method>`` at request
+time. Responses are serialized directly with ``pydantic_core.to_json`` (each item by its own model, so attempted
+rollouts keep their ``attempt``), which avoids FastAPI's second validation pass of response models; the declared
+``response_model`` only documents the shape in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Type, Union
+
+import pydantic_core
+from fastapi import APIRouter, Body, HTTPException, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, TypeAdapter
+
+from rollouthub.types import (
+    Attempt,
+    AttemptedRollout,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutStatus,
+    Span,
+    Worker,
+    WorkerStatus,
+)
+
+from .base import UNSET
+from .client_server import (
+    DequeueManyRolloutsRequest,
+    EnqueueManyRolloutsRequest,
+    NextSequenceIdRequest,
+    NextSequenceIdResponse,
+    QueryAttemptsRequest,
+    QueryRolloutsRequest,
+    QuerySpansRequest,
+    QueryWorkersRequest,
+    RolloutRequest,
+    StartAttemptRequest,
+    UpdateAttemptRequest,
+    UpdateRolloutRequest,
+    UpdateWorkerRequest,
+    WaitForRolloutsRequest,
+)
+
+if TYPE_CHECKING:
+    from .client_server import LightningStoreServer
+
+__all__ = [
+    "build_router",
+    "validate_pagination",
+    "op_add_span",
+    "op_dequeue",
+    "op_start_rollout",
+    "op_update_attempt",
+    "op_update_worker",
+]
+
+_JSON = "application/json"
+_NULL = b"null"
+_PLAIN_ROLLOUTS = TypeAdapter(List[Rollout])
+
+
+def _json(payload: Any, status_code: int = 200) -> Response:
+    return Response(content=pydantic_core.to_json(payload), status_code=status_code, media_type=_JSON)
+
+
+def _paginated(result: Any) -> Response:
+    if isinstance(result, PaginatedResult):
+        payload = {"items": list(result.items), "limit": result.limit, "offset": result.offset, "total": result.total}
+    else:  # a plain list from a non-conforming store (11.5)
+        import logging
+
+        logging.getLogger("rollouthub.store.server").warning(
+            "Store returned a %s instead of a PaginatedResult; wrapping it", type(result).__name__
+        )
+        items = list(result)
+        payload = {"items": items, "limit": -1, "offset": 0, "total": len(items)}
+    return _json(payload)
+
+
+def validate_pagination(
+    model: Type[BaseModel],
+    *,
+    sort_by: Optional[str],
+    sort_order: str,
+    limit: int,
+    offset: int,
+    filter_logic: Optional[str] = None,
+) -> None:
+    """Apply store.md 11.5 in order, raising ``HTTPException(400)`` on the first violation."""
+    if sort_by is not None and sort_by not in model.model_fields:
+        allowed = ", ".join(model.model_fields)
+        raise HTTPException(400, f"Invalid sort_by: {sort_by}, allowed fields are: {allowed}")
+    if sort_order not in ("asc", "desc"):
+        raise HTTPException(400, f"Invalid sort_order: {sort_order}, must be 'asc' or 'desc'")
+    if limit == 0 or limit < -1:
+        raise HTTPException(400, "Limit must be greater than 0 or -1 for no limit")
+    if offset < 0:
+        raise HTTPException(400, "Offset must be greater than or equal to 0")
+    if filter_logic is not None and filter_logic not in ("and", "or"):
+        raise HTTPException(400, f"Invalid filter_logic: {filter_logic}, must be 'and' or 'or'")
+
+
+def _reject_nulls(request: BaseModel, fields: Sequence[str]) -> None:
+    for field in fields:
+        if field in request.model_fields_set and getattr(request, field) is None:
+            raise HTTPException(400, f"{field} is invalid; it cannot be a null value.")
+
+
+def _provided(request: BaseModel, field: str) -> Any:
+    return getattr(request, field) if field in request.model_fields_set else UNSET
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hot-path operations shared by the FastAPI routes and the fast-path middleware (server_app.FastPathMiddleware)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _dump(payload: Any) -> bytes:
+    return pydantic_core.to_json(payload)
+
+
+async def op_dequeue(server: LightningStoreServer, request: Optional[DequeueManyRolloutsRequest]) -> bytes:
+    """``POST /queues/rollouts/dequeue``: ``limit <= 0`` → ``[]``; 1 → ``dequeue_rollout``; else ``dequeue_many``."""
+    limit = request.limit if request is not None else 1
+    worker_id = request.worker_id if request is not None else None
+    if limit <= 0:
+        return b"[]"
+    if limit == 1:
+        attempted = await server.dequeue_rollout(worker_id=worker_id)
+        return _dump([attempted] if attempted is not None else [])
+    return _dump(list(await server.dequeue_many_rollouts(limit=limit, worker_id=worker_id)))
+
+
+async def op_start_rollout(server: LightningStoreServer, request: RolloutRequest) -> bytes:
+    """``POST /rollouts`` (answered with 201)."""
+    attempted = await server.start_rollout(
+        input=request.input,
+        mode=request.mode,
+        resources_id=request.resources_id,
+        config=request.config,
+        metadata=request.metadata,
+        worker_id=request.worker_id,
+    )
+    return _dump(attempted)
+
+
+async def op_update_attempt(
+    server: LightningStoreServer, rollout_id: str, attempt_id: str, request: UpdateAttemptRequest
+) -> bytes:
+    """``POST /rollouts/{rollout_id}/attempts/{attempt_id}`` with presence semantics (explicit nulls → 400)."""
+    _reject_nulls(request, ("status", "worker_id", "last_heartbeat_time", "metadata"))
+    attempt = await server.update_attempt(
+        rollout_id,
+        attempt_id,
+        status=_provided(request, "status"),
+        worker_id=_provided(request, "worker_id"),
+        last_heartbeat_time=_provided(request, "last_heartbeat_time"),
+        metadata=_provided(request, "metadata"),
+    )
+    return _dump(attempt)
+
+
+async def op_update_worker(
+    server: LightningStoreServer, worker_id: str, request: Optional[UpdateWorkerRequest]
+) -> bytes:
+    """``POST /workers/{worker_id}``: absent body/field → heartbeat only; ``heartbeat_stats: null`` → 400."""
+    stats: Any = UNSET
+    if request is not None and "heartbeat_stats" in request.model_fields_set:
+        if request.heartbeat_stats is None:
+            raise HTTPException(400, "heartbeat_stats is invalid; it cannot be a null value.")
+        stats = request.heartbeat_stats
+    return _dump(await server.update_worker(worker_id, heartbeat_stats=stats))
+
+
+async def op_add_span(server: LightningStoreServer, span: Span) -> bytes:
+    """``POST /spans`` (answered with 201; ``null`` for a duplicate)."""
+    return _dump(await server.add_span(span))
+
+
+def _raw(body: bytes, status_code: int = 200) -> Response:
+    return Response(content=body, status_code=status_code, media_type=_JSON)
+
+
+def build_router(server: LightningStoreServer) -> APIRouter:
+    """Build the ``/v1/agl`` router bound to ``server``."""
+    router = APIRouter()
+
+    @router.get("/health")
+    async def health() -> Dict[str, str]:
+        """Liveness probe; never requires authentication."""
+        return {"status": "ok"}
+
+    # -- queue ---------------------------------------------------------------------------------------------------------
+    @router.post("/queues/rollouts/enqueue", status_code=201, response_model=List[Rollout])
+    async def enqueue_rollouts(request: EnqueueManyRolloutsRequest) -> Response:
+        """Enqueue one or more rollouts (store.md 11.6); 201 with the rollouts in input order."""
+        items = request.rollouts
+        if not items:
+            return _json([], 201)
+        if len(items) == 1:
+            item = items[0]
+            rollout = await server.enqueue_rollout(
+                input=item.input,
+                mode=item.mode,
+                resources_id=item.resources_id,
+                config=item.config,
+                metadata=item.metadata,
+            )
+            return _json([rollout], 201)
+        return _json(list(await server.enqueue_many_rollouts(items)), 201)
+
+    @router.post("/queues/rollouts/dequeue", response_model=List[AttemptedRollout])
+    async def dequeue_rollouts(request: Optional[DequeueManyRolloutsRequest] = None) -> Response:
+        """Claim up to ``limit`` queued rollouts (default 1) for ``worker_id``."""
+        return _raw(await op_dequeue(server, request))
+
+    # -- rollouts ------------------------------------------------------------------------------------------------------
+    @router.post("/rollouts", status_code=201, response_model=AttemptedRollout)
+    async def start_rollout(request: RolloutRequest) -> Response:
+        """Create a rollout with its first attempt, bypassing the queue; 201."""
+        return _raw(await op_start_rollout(server, request), 201)
+
+    @router.get("/rollouts", response_model=PaginatedResult[Union[AttemptedRollout, Rollout]])
+    async def query_rollouts(
+        status_in: Optional[List[RolloutStatus]] = Query(None),
+        rollout_id_in: Optional[List[str]] = Query(None),
+        rollout_id_contains: Optional[str] = None,
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        filter_logic: Literal["and", "or"] = "and",
+    ) -> Response:
+        """Query rollouts with filters, sorting and pagination (query parameters)."""
+        validate_pagination(
+            Rollout, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset, filter_logic=filter_logic
+        )
+        result = await server.query_rollouts(
+            status_in=status_in,
+            rollout_id_in=rollout_id_in,
+            rollout_id_contains=rollout_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return _paginated(result)
+
+    @router.post("/rollouts/search", response_model=PaginatedResult[Union[AttemptedRollout, Rollout]])
+    async def search_rollouts(request: QueryRolloutsRequest) -> Response:
+        """Query rollouts (JSON body); ``status_in``/``rollout_id_in`` apply only when present."""
+        validate_pagination(
+            Rollout,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+            limit=request.limit,
+            offset=request.offset,
+            filter_logic=request.filter_logic,
+        )
+        fields = request.model_fields_set
+        result = await server.query_rollouts(
+            status_in=request.status_in if "status_in" in fields else None,
+            rollout_id_in=request.rollout_id_in if "rollout_id_in" in fields else None,
+            rollout_id_contains=request.rollout_id_contains,
+            filter_logic=request.filter_logic,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+            limit=request.limit,
+            offset=request.offset,
+        )
+        return _paginated(result)
+
+    @router.get("/rollouts/{rollout_id}", response_model=Optional[Union[AttemptedRollout, Rollout]])
+    async def get_rollout_by_id(rollout_id: str) -> Response:
+        """One rollout (with its latest attempt when it has one), or ``null``."""
+        return _json(await server.get_rollout_by_id(rollout_id))
+
+    @router.post("/rollouts/{rollout_id}", response_model=Rollout)
+    async def update_rollout(rollout_id: str, request: UpdateRolloutRequest) -> Response:
+        """Update the fields present in the body (``null`` clears input/mode/resources_id/metadata)."""
+        _reject_nulls(request, ("status", "config"))
+        rollout = await server.update_rollout(
+            rollout_id,
+            input=_provided(request, "input"),
+            mode=_provided(request, "mode"),
+            resources_id=_provided(request, "resources_id"),
+            status=_provided(request, "status"),
+            config=_provided(request, "config"),
+            metadata=_provided(request, "metadata"),
+        )
+        return _json(rollout)
+
+    # -- attempts ------------------------------------------------------------------------------------------------------
+    @router.post("/rollouts/{rollout_id}/attempts", status_code=201, response_model=AttemptedRollout)
+    async def start_attempt(rollout_id: str, request: Optional[StartAttemptRequest] = None) -> Response:
+        """Start a new attempt of a rollout outside the queue; 201."""
+        worker_id = request.worker_id if request is not None else None
+        return _json(await server.start_attempt(rollout_id, worker_id=worker_id), 201)
+
+    @router.get("/rollouts/{rollout_id}/attempts", response_model=PaginatedResult[Attempt])
+    async def query_attempts(
+        rollout_id: str,
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> Response:
+        """Attempts of a rollout (query parameters)."""
+        validate_pagination(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+        result = await server.query_attempts(
+            rollout_id, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
+        )
+        return _paginated(result)
+
+    @router.post("/rollouts/{rollout_id}/attempts/search", response_model=PaginatedResult[Attempt])
+    async def search_attempts(rollout_id: str, request: QueryAttemptsRequest) -> Response:
+        """Attempts of a rollout (JSON body)."""
+        validate_pagination(
+            Attempt, sort_by=request.sort_by, sort_order=request.sort_order, limit=request.limit, offset=request.offset
+        )
+        result = await server.query_attempts(
+            rollout_id,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+            limit=request.limit,
+            offset=request.offset,
+        )
+        return _paginated(result)
+
+    @router.get("/rollouts/{rollout_id}/attempts/latest", response_model=Optional[Attempt])
+    async def get_latest_attempt(rollout_id: str) -> Response:
+        """The latest attempt of a rollout, or ``null``."""
+        return _json(await server.get_latest_attempt(rollout_id))
+
+    @router.post("/rollouts/{rollout_id}/attempts/{attempt_id}", response_model=Attempt)
+    async def update_attempt(rollout_id: str, attempt_id: str, request: UpdateAttemptRequest) -> Response:
+        """Update an attempt (``latest`` allowed); fields present in the body only, no ``null`` values."""
+        return _raw(await op_update_attempt(server, rollout_id, attempt_id, request))
+
+    # -- workers -------------------------------------------------------------------------------------------------------
+    @router.get("/workers", response_model=PaginatedResult[Worker])
+    async def query_workers(
+        status_in: Optional[List[WorkerStatus]] = Query(None),
+        worker_id_contains: Optional[str] = None,
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+        filter_logic: Literal["and", "or"] = "and",
+    ) -> Response:
+        """Query workers (query parameters)."""
+        validate_pagination(
+            Worker, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset, filter_logic=filter_logic
+        )
+        result = await server.query_workers(
+            status_in=status_in,
+            worker_id_contains=worker_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return _paginated(result)
+
+    @router.post("/workers/search", response_model=PaginatedResult[Worker])
+    async def search_workers(request: QueryWorkersRequest) -> Response:
+        """Query workers (JSON body)."""
+        validate_pagination(
+            Worker,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+            limit=request.limit,
+            offset=request.offset,
+            filter_logic=request.filter_logic,
+        )
+        result = await server.query_workers(
+            status_in=request.status_in if "status_in" in request.model_fields_set else None,
+            worker_id_contains=request.worker_id_contains,
+            filter_logic=request.filter_logic,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+            limit=request.limit,
+            offset=request.offset,
+        )
+        return _paginated(result)
+
+    @router.get("/workers/{worker_id}", response_model=Optional[Worker])
+    async def get_worker(worker_id: str) -> Response:
+        """One worker, or ``null``."""
+        return _json(await server.get_worker_by_id(worker_id))
+
+    @router.post("/workers/{worker_id}", response_model=Worker)
+    async def update_worker(worker_id: str, request: Optional[UpdateWorkerRequest] = None) -> Response:
+        """Record a worker heartbeat, optionally with new ``heartbeat_stats``."""
+        return _raw(await op_update_worker(server, worker_id, request))
+
+    # -- statistics ----------------------------------------------------------------------------------------------------
+    @router.get("/statistics")
+    async def get_statistics() -> Response:
+        """Store statistics."""
+        return _json(dict(await server.statistics()))
+
+    # -- resources -----------------------------------------------------------------------------------------------------
+    @router.get("/resources", response_model=PaginatedResult[ResourcesUpdate])
+    async def query_resources(
+        resources_id: Optional[str] = None,
+        resources_id_contains: Optional[str] = None,
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = None,
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> Response:
+        """Query resource snapshots."""
+        validate_pagination(ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+        result = await server.query_resources(
+            resources_id=resources_id,
+            resources_id_contains=resources_id_contains,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return _paginated(result)
+
+    @router.post("/resources", status_code=201, response_model=ResourcesUpdate)
+    async def add_resources(resources: NamedResources = Body(...)) -> Response:
+        """Store a new resources snapshot; 201."""
+        return _json(await server.add_resources(resources), 201)
+
+    @router.get("/resources/latest", response_model=Optional[ResourcesUpdate])
+    async def get_latest_resources() -> Response:
+        """The latest resources snapshot, or ``null``."""
+        return _json(await server.get_latest_resources())
+
+    @router.post("/resources/{resources_id}", response_model=ResourcesUpdate)
+    async def update_resources(resources_id: str, resources: NamedResources = Body(...)) -> Response:
+        """Create or update the snapshot with this id."""
+        return _json(await server.update_resources(resources_id, resources))
+
+    @router.get("/resources/{resources_id}", response_model=Optional[ResourcesUpdate])
+    async def get_resources_by_id(resources_id: str) -> Response:
+        """One resources snapshot, or ``null``."""
+        return _json(await server.get_resources_by_id(resources_id))
+
+    # -- spans ---------------------------------------------------------------------------------------------------------
+    @router.post("/spans", status_code=201, response_model=Optional[Span])
+    async def add_span(span: Span) -> Response:
+        """Store one span; 201 with the span, or ``null`` for a duplicate."""
+        return _raw(await op_add_span(server, span), 201)
+
+    @router.get("/spans", response_model=PaginatedResult[Span])
+    async def query_spans(
+        rollout_id: str,
+        attempt_id: Optional[str] = None,
+        trace_id: Optional[str] = None,
+        trace_id_contains: Optional[str] = None,
+        span_id: Optional[str] = None,
+        span_id_contains: Optional[str] = None,
+        parent_id: Optional[str] = None,
+        parent_id_contains: Optional[str] = None,
+        name: Optional[str] = None,
+        name_contains: Optional[str] = None,
+        filter_logic: Literal["and", "or"] = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> Response:
+        """Query the spans of a rollout (query parameters; ``rollout_id`` is required)."""
+        request = QuerySpansRequest(
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            trace_id=trace_id,
+            trace_id_contains=trace_id_contains,
+            span_id=span_id,
+            span_id_contains=span_id_contains,
+            parent_id=parent_id,
+            parent_id_contains=parent_id_contains,
+            name=name,
+            name_contains=name_contains,
+            filter_logic=filter_logic,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+        return await _query_spans(request)
+
+    @router.post("/spans/search", response_model=PaginatedResult[Span])
+    async def search_spans(request: QuerySpansRequest) -> Response:
+        """Query the spans of a rollout (JSON body)."""
+        return await _query_spans(request)
+
+    async def _query_spans(request: QuerySpansRequest) -> Response:
+        validate_pagination(
+            Span,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+            limit=request.limit,
+            offset=request.offset,
+            filter_logic=request.filter_logic,
+        )
+        result = await server.query_spans(
+            request.rollout_id,
+            request.attempt_id,
+            trace_id=request.trace_id,
+            trace_id_contains=request.trace_id_contains,
+            span_id=request.span_id,
+            span_id_contains=request.span_id_contains,
+            parent_id=request.parent_id,
+            parent_id_contains=request.parent_id_contains,
+            name=request.name,
+            name_contains=request.name_contains,
+            filter_logic=request.filter_logic,
+            limit=request.limit,
+            offset=request.offset,
+            sort_by=request.sort_by,
+            sort_order=request.sort_order,
+        )
+        return _paginated(result)
+
+    @router.post("/spans/next", response_model=NextSequenceIdResponse)
+    async def get_next_span_sequence_id(request: NextSequenceIdRequest) -> Response:
+        """Allocate the next span sequence id of a rollout."""
+        sequence_id = await server.get_next_span_sequence_id(request.rollout_id, request.attempt_id)
+        return _json({"sequence_id": int(sequence_id)})
+
+    # -- waits ---------------------------------------------------------------------------------------------------------
+    @router.post("/waits/rollouts", response_model=List[Rollout])
+    async def wait_for_rollouts(request: WaitForRolloutsRequest) -> Response:
+        """Wait up to ``timeout`` seconds for rollouts to finish; returns the finished ones."""
+        if request.timeout is not None and not (0 <= request.timeout < float("inf")):
+            raise HTTPException(400, "timeout must be a finite, non-negative number of seconds (or null)")
+        rollouts = await server.wait_for_rollouts(rollout_ids=request.rollout_ids, timeout=request.timeout)
+        plain = [
+            r if type(r) is Rollout else Rollout.model_validate(r.model_dump(exclude={"attempt"})) for r in rollouts
+        ]
+        return Response(content=_PLAIN_ROLLOUTS.dump_json(plain), media_type=_JSON)
+
+    return router

@@ -1,0 +1,408 @@
+"""OTLP/HTTP trace ingestion for the store server and the client-side exporter (store.md 11.7).
+
+Server side: :func:`handle_otlp_export` accepts ``application/x-protobuf`` (primary, as the reference) and -- an
+extension -- OTLP JSON (``application/json``, hex trace/span ids as in the OTLP specification). Bodies may be gzip
+compressed. Every malformed payload is answered with HTTP 400 and a ``google.rpc.Status`` body (protobuf or JSON,
+following the request's content type) naming the problem; it never turns into a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import zlib
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
+
+from rollouthub.semconv import LightningResourceAttributes
+from rollouthub.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus, convert_timestamp
+
+__all__ = [
+    "PROTOBUF_CT",
+    "JSON_CT",
+    "OTLPPayloadError",
+    "handle_otlp_export",
+    "parse_otlp_traces",
+    "spans_from_proto",
+    "LightningStoreOTLPExporter",
+]
+
+logger = logging.getLogger(__name__)
+
+AGL_ROLLOUT_ID = LightningResourceAttributes.ROLLOUT_ID.value
+AGL_ATTEMPT_ID = LightningResourceAttributes.ATTEMPT_ID.value
+AGL_SPAN_SEQUENCE_ID = LightningResourceAttributes.SPAN_SEQUENCE_ID.value
+
+PROTOBUF_CT = "application/x-protobuf"
+"""Media type of OTLP/HTTP protobuf payloads."""
+
+JSON_CT = "application/json"
+"""Media type of OTLP/HTTP JSON payloads (accepted as an extension of the reference)."""
+
+SequenceIdBulkIssuer = Callable[[Sequence[Tuple[str, str]]], Awaitable[Sequence[int]]]
+
+
+class OTLPPayloadError(ValueError):
+    """The OTLP request could not be decoded (bad gzip, bad protobuf, bad JSON)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _content_type(headers: Any) -> str:
+    raw = headers.get("content-type") or ""
+    return raw.split(";", 1)[0].strip().lower()
+
+
+def _wants_gzip(headers: Any) -> bool:
+    raw = headers.get("accept-encoding") or ""
+    return any(part.split(";", 1)[0].strip().lower() == "gzip" for part in raw.split(","))
+
+
+_HEX_ID_KEYS = {"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"}
+
+
+def _hex_ids_to_base64(value: Any) -> Any:
+    """Rewrite OTLP-JSON hex ids into the base64 form the protobuf JSON parser expects (in place)."""
+    if isinstance(value, dict):
+        for key, item in list(value.items()):
+            if key in _HEX_ID_KEYS and isinstance(item, str):
+                try:
+                    value[key] = base64.b64encode(bytes.fromhex(item)).decode("ascii")
+                except ValueError as exc:
+                    raise OTLPPayloadError(f"Field '{key}' is not a hex string: {item!r}") from exc
+            else:
+                _hex_ids_to_base64(item)
+    elif isinstance(value, list):
+        for item in value:
+            _hex_ids_to_base64(item)
+    return value
+
+
+def parse_otlp_traces(body: bytes, content_type: str = PROTOBUF_CT, content_encoding: Optional[str] = None) -> Any:
+    """Decode an OTLP traces request body into an ``ExportTraceServiceRequest``.
+
+    Raises :class:`OTLPPayloadError` with a descriptive message when the body cannot be decoded.
+    """
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    if content_encoding and content_encoding.strip().lower() == "gzip":
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise OTLPPayloadError(f"Unable to decompress gzip OTLP traces payload: {exc}") from exc
+    message = ExportTraceServiceRequest()
+    if not body:
+        return message
+    if content_type == JSON_CT:
+        from google.protobuf import json_format
+
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise OTLPPayloadError(f"Unable to parse OTLP traces payload: invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise OTLPPayloadError("Unable to parse OTLP traces payload: the JSON body must be an object")
+        try:
+            json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise OTLPPayloadError(f"Unable to parse OTLP traces payload: {exc}") from exc
+        return message
+    from google.protobuf.message import DecodeError
+
+    try:
+        message.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise OTLPPayloadError(f"Unable to parse OTLP traces payload: {exc}") from exc
+    return message
+
+
+def _any_value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "array_value":
+        return [_any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _any_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return None
+
+
+def _attribute_value(value: Any) -> Any:
+    """Make a decoded ``AnyValue`` fit the span ``Attributes`` type.
+
+    Scalars and homogeneous scalar arrays are kept; key-value lists and mixed/nested arrays (which the span model
+    cannot hold) are stored as their JSON text instead of failing the whole export.
+    """
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=False, default=str)
+    if isinstance(value, list):
+        kinds = {type(item) for item in value}
+        if len(kinds) > 1 or (kinds and not kinds <= {str, bool, int, float}):
+            return json.dumps(value, default=str)
+    return value
+
+
+def _attributes(kvs: Any) -> Dict[str, Any]:
+    return {kv.key: _attribute_value(_any_value(kv.value)) for kv in kvs}
+
+
+def _hex_id(raw: bytes, width: int) -> str:
+    return raw.hex().rjust(width, "0") if raw else "0" * width
+
+
+_STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+def _parse_sequence_id(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    try:
+        parsed = int(str(value))
+    except ValueError:
+        logger.warning("Ignoring unparseable span sequence id %r in OTLP payload", value)
+        return None
+    if parsed < 0:
+        logger.error("Ignoring negative span sequence id %r in OTLP payload", value)
+        return None
+    return parsed
+
+
+async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulkIssuer) -> List[Span]:
+    """Convert an ``ExportTraceServiceRequest`` into store spans (store.md 11.7).
+
+    Spans without a rollout or attempt id are skipped; spans without a valid sequence id get one from a single call
+    to ``sequence_id_bulk_issuer`` (made even when nothing is missing).
+    """
+    built: List[Tuple[Dict[str, Any], Optional[int]]] = []
+    for resource_spans in request.resource_spans:
+        resource_attrs = _attributes(resource_spans.resource.attributes)
+        schema_url = resource_spans.schema_url or ""
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = _attributes(span.attributes)
+                rollout_id = attrs.get(AGL_ROLLOUT_ID, resource_attrs.get(AGL_ROLLOUT_ID))
+                attempt_id = attrs.get(AGL_ATTEMPT_ID, resource_attrs.get(AGL_ATTEMPT_ID))
+                raw_seq = attrs.get(AGL_SPAN_SEQUENCE_ID, resource_attrs.get(AGL_SPAN_SEQUENCE_ID))
+                if rollout_id is None or attempt_id is None:
+                    logger.warning("Skipping OTLP span %r without rollout or attempt id", span.name)
+                    continue
+                trace_id = _hex_id(span.trace_id, 32)
+                span_id = _hex_id(span.span_id, 16)
+                fields: Dict[str, Any] = {
+                    "rollout_id": str(rollout_id),
+                    "attempt_id": str(attempt_id),
+                    "trace_id": trace_id,
+                    "span_id": span_id,
+                    "parent_id": span.parent_span_id.hex().rjust(16, "0") if span.parent_span_id else None,
+                    "name": span.name,
+                    "status": TraceStatus(
+                        status_code=_STATUS_CODES.get(int(span.status.code), "UNSET"),  # type: ignore[arg-type]
+                        description=span.status.message or None,
+                    ),
+                    "attributes": attrs,
+                    "events": [
+                        Event(
+                            name=event.name,
+                            attributes=_attributes(event.attributes),
+                            timestamp=convert_timestamp(event.time_unix_nano),
+                        )
+                        for event in span.events
+                    ],
+                    "links": [
+                        Link(
+                            context=SpanContext(
+                                trace_id=_hex_id(link.trace_id, 32),
+                                span_id=_hex_id(link.span_id, 16),
+                                is_remote=False,
+                                trace_state={},
+                            ),
+                            attributes=_attributes(link.attributes) or None,
+                        )
+                        for link in span.links
+                    ],
+                    "start_time": convert_timestamp(span.start_time_unix_nano),
+                    "end_time": convert_timestamp(span.end_time_unix_nano),
+                    "context": SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_state={}),
+                    "parent": None,
+                    "resource": OtelResource(attributes=resource_attrs, schema_url=schema_url),
+                }
+                built.append((fields, _parse_sequence_id(raw_seq)))
+    missing = [(f["rollout_id"], f["attempt_id"]) for f, seq in built if seq is None]
+    issued = list(await sequence_id_bulk_issuer(missing))
+    if len(issued) != len(missing):
+        raise RuntimeError(f"Sequence id issuer returned {len(issued)} ids for {len(missing)} spans")
+    issued_iter = iter(issued)
+    spans: List[Span] = []
+    for fields, seq in built:
+        spans.append(Span(sequence_id=seq if seq is not None else next(issued_iter), **fields))
+    return spans
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# HTTP handler
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _status_body(message: str, as_json: bool) -> bytes:
+    if as_json:
+        return json.dumps({"code": 3, "message": message}).encode()
+    from google.rpc.status_pb2 import Status
+
+    return bytes(Status(code=3, message=message).SerializeToString())
+
+
+def _otlp_response(body: bytes, status_code: int, media_type: str, gzip_it: bool) -> Any:
+    from starlette.responses import Response
+
+    headers = {}
+    if gzip_it:
+        body = gzip.compress(body)
+        headers["Content-Encoding"] = "gzip"
+    return Response(content=body, status_code=status_code, media_type=media_type, headers=headers)
+
+
+async def handle_otlp_export(
+    request: Any,
+    add_many_spans: Callable[[Sequence[Span]], Awaitable[Any]],
+    sequence_id_bulk_issuer: SequenceIdBulkIssuer,
+) -> Any:
+    """Handle ``POST /v1/traces``: decode, convert, allocate missing sequence ids, store (store.md 11.7).
+
+    ``request`` is a Starlette request. Returns 200 with an empty ``ExportTraceServiceResponse`` on success, or 400
+    with a ``google.rpc.Status`` for an unsupported content type, an undecodable body or spans the store rejects.
+    """
+    headers = request.headers
+    gzip_it = _wants_gzip(headers)
+    ct = _content_type(headers)
+    if ct not in (PROTOBUF_CT, JSON_CT):
+        message = f"Unsupported Content-Type '{ct}', expected '{PROTOBUF_CT}'"
+        return _otlp_response(_status_body(message, False), 400, PROTOBUF_CT, gzip_it)
+    as_json = ct == JSON_CT
+    media_type = JSON_CT if as_json else PROTOBUF_CT
+    body = await request.body()
+    try:
+        parsed = parse_otlp_traces(body, ct, headers.get("content-encoding"))
+        spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
+    except OTLPPayloadError as exc:
+        return _otlp_response(_status_body(str(exc), as_json), 400, media_type, gzip_it)
+    except (ValueError, TypeError) as exc:  # includes pydantic.ValidationError
+        return _otlp_response(_status_body(f"Invalid OTLP span: {exc}", as_json), 400, media_type, gzip_it)
+    try:
+        await add_many_spans(spans)
+    except (ValueError, TypeError) as exc:  # e.g. unknown rollout / attempt
+        return _otlp_response(_status_body(f"Spans rejected by the store: {exc}", as_json), 400, media_type, gzip_it)
+    if as_json:
+        return _otlp_response(b"{}", 200, media_type, gzip_it)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    return _otlp_response(bytes(ExportTraceServiceResponse().SerializeToString()), 200, media_type, gzip_it)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Client-side exporter
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _exporter_base() -> type:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter
+
+
+class LightningStoreOTLPExporter(_exporter_base()):  # type: ignore[misc]
+    """OTLP/HTTP span exporter that sends spans to the store while a rollout attempt is active (store.md 11.7).
+
+    ``enable_store_otlp(endpoint, rollout_id, attempt_id, api_token=None)`` redirects exports to the store and tags
+    every span's resource with the rollout/attempt ids; ``disable_store_otlp()`` restores the original endpoint.
+    Without ids, :meth:`export` succeeds without sending anything. ``api_token`` (or ``ROLLOUTHUB_API_TOKEN``) is sent
+    as ``Authorization: Bearer <token>``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._original_endpoint: str = self._endpoint
+        self._rollout_id: Optional[str] = None
+        self._attempt_id: Optional[str] = None
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint exports currently go to."""
+        return str(self._endpoint)
+
+    @property
+    def rollout_id(self) -> Optional[str]:
+        """The active rollout id, if any."""
+        return self._rollout_id
+
+    @property
+    def attempt_id(self) -> Optional[str]:
+        """The active attempt id, if any."""
+        return self._attempt_id
+
+    def _set_endpoint(self, endpoint: str) -> None:
+        self._endpoint = endpoint
+        client = getattr(self, "_client", None)
+        if client is not None and hasattr(client, "_endpoint"):
+            client._endpoint = endpoint
+
+    def _set_auth(self, token: Optional[str]) -> None:
+        client = getattr(self, "_client", None)
+        headers = getattr(client, "_headers", None)
+        if headers is None:
+            return
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        else:
+            headers.pop("Authorization", None)
+
+    def enable_store_otlp(
+        self, endpoint: str, rollout_id: str, attempt_id: str, api_token: Optional[str] = None
+    ) -> None:
+        """Send subsequent exports to ``endpoint`` tagged with the given rollout and attempt."""
+        import os
+
+        self._set_endpoint(endpoint)
+        self._set_auth(api_token if api_token is not None else os.environ.get("ROLLOUTHUB_API_TOKEN"))
+        self._rollout_id = rollout_id
+        self._attempt_id = attempt_id
+
+    def disable_store_otlp(self) -> None:
+        """Forget the ids and restore the original endpoint."""
+        self._rollout_id = None
+        self._attempt_id = None
+        self._set_endpoint(self._original_endpoint)
+        self._set_auth(None)
+
+    def should_bypass(self) -> bool:
+        """Whether exports are skipped when no rollout/attempt is active (always True)."""
+        return True
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        """Export ``spans`` with the store ids merged into their resources (no-op success without ids)."""
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        if self._rollout_id is None or self._attempt_id is None:
+            if self.should_bypass():
+                return SpanExportResult.SUCCESS
+            return super().export(spans)
+        extra = Resource({AGL_ROLLOUT_ID: self._rollout_id, AGL_ATTEMPT_ID: self._attempt_id})
+        for span in spans:
+            resource = getattr(span, "_resource", None)
+            if resource is not None:
+                span._resource = resource.merge(extra)
+        return super().export(spans)
