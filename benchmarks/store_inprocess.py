@@ -20,8 +20,9 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List
+from typing import AsyncIterator, Awaitable, Callable, Dict, List
 
 from rollouthub.store.base import LightningStore
 from rollouthub.store.memory import InMemoryLightningStore
@@ -42,26 +43,33 @@ async def open_store(backend: str) -> AsyncIterator[LightningStore]:
         with tempfile.TemporaryDirectory() as tmp:
             store = SqlLightningStore(f"sqlite+aiosqlite:///{tmp}/bench.db")
             try:
+                await store.initialize()
                 yield store
             finally:
                 await store.close()
         return
     if backend == "postgres":
         url = os.environ.get("ROLLOUTHUB_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
-        store = SqlLightningStore(url)
+        schema = f"rh_bench_{uuid.uuid4().hex[:10]}"  # a fresh, empty schema per run (dropped afterwards)
+        store = SqlLightningStore(url, schema=schema)
         try:
-            await _reset_postgres(store)
+            await store.initialize()
             yield store
         finally:
             await store.close()
+            await _drop_postgres_schema(url, schema)
         return
     raise SystemExit(f"unknown backend {backend!r} (expected memory, sqlite or postgres)")
 
 
-async def _reset_postgres(store: Any) -> None:
-    reset = getattr(store, "reset_for_benchmark", None) or getattr(store.collections, "drop_all", None)
-    if reset is not None:
-        await reset()
+async def _drop_postgres_schema(url: str, schema: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
 
 
 def make_span(rollout_id: str, attempt_id: str, seq: int, payload: str) -> Span:
@@ -195,9 +203,18 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every workload size")
     parser.add_argument("--only", nargs="*", help="substrings of workload names to run")
     parser.add_argument("--json", help="also write the report as JSON to this file")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: time with this process' CPU time (time.process_time) -- comparable on a shared, loaded machine; "
+        "meaningless for postgres (the server's work is not counted)",
+    )
     args = parser.parse_args()
+    if args.clock == "cpu":
+        time.perf_counter = time.process_time  # type: ignore[assignment]
     report = asyncio.run(main_async(args))
-    print(f"\nbackend={args.backend} runs={args.runs}  (ops/s: min / median / max)")
+    print(f"\nbackend={args.backend} runs={args.runs} clock={args.clock}  (ops/s: min / median / max)")
     for name, row in report.items():
         print(f"  {name:32s} {row['min']:10.0f} {row['median']:10.0f} {row['max']:10.0f}   (n={int(row['n'])})")
     if args.json:

@@ -11,7 +11,6 @@ The schema is versioned by the one-row table ``rollouthub_schema``; :data:`MIGRA
 
 from __future__ import annotations
 
-import json
 import time
 import types
 import typing
@@ -20,6 +19,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequ
 
 import sqlalchemy as sa
 from pydantic import BaseModel
+from pydantic_core import from_json, to_json
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -53,7 +53,7 @@ class SchemaVersionError(RuntimeError):
 
 def json_dumps(value: Any) -> str:
     """Compact JSON used for every JSON column (deterministic for a given Python value)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return to_json(value).decode()
 
 
 def normalize_database_url(url: str) -> Tuple[URL, Dialect]:
@@ -123,23 +123,44 @@ class TableSpec:
     has_extra: bool
     order_col: Any = None
     columns: List[Any] = field(default_factory=list)
+    decode_json: bool = True  # JSON columns come back as text from both drivers
 
     def to_row(self, item: BaseModel) -> Dict[str, Any]:
-        """Column values of ``item`` (JSON columns keep Python values; SQLAlchemy serialises them)."""
-        data = item.model_dump(mode="json")
+        """Driver-ready column values of ``item`` (JSON columns as JSON text, ``extra`` for unknown fields)."""
+        out: Dict[str, Any] = {}
+        kinds = self.kinds
+        for name in self.fields:
+            value = getattr(item, name)
+            kind = kinds[name]
+            if kind == "json":
+                value = to_json(value).decode()
+            elif kind == "float" and value is not None:
+                value = float(value)
+            out[name] = value
         if self.has_extra:
-            extra = {k: data.pop(k) for k in list(data) if k not in self.kinds}
-            data["extra"] = extra or None
-        return data
+            extra = item.__pydantic_extra__
+            out["extra"] = to_json(extra).decode() if extra else None
+        return out
 
     def from_row(self, row: Sequence[Any]) -> BaseModel:
         """Build a model from a row selected with :attr:`columns` (same order)."""
-        data = dict(zip(self.fields, row))
+        data: Dict[str, Any] = {}
+        kinds = self.kinds
+        decode = self.decode_json
+        for name, value in zip(self.fields, row, strict=False):
+            if decode and value is not None and kinds[name] == "json":
+                value = from_json(value)
+            data[name] = value
         if self.has_extra:
             extra = row[len(self.fields)]
             if extra:
-                data.update(extra)
+                data.update(from_json(extra) if decode else extra)
         return self.model.model_validate(data)
+
+    @property
+    def column_names(self) -> List[str]:
+        """Stored column names in select order (fields, then ``extra``)."""
+        return [*self.fields, *(["extra"] if self.has_extra else [])]
 
     def column(self, name: str) -> Optional[sa.Column[Any]]:
         """The column of model field ``name`` (``None`` when the model has no such field)."""
@@ -165,7 +186,9 @@ class SqlSchema:
         self.metadata = sa.MetaData()
         pg = dialect == "postgresql"
         text_type: Any = sa.String(collation="C") if pg else sa.String()
-        json_type: Any = postgresql.JSONB(none_as_null=False) if pg else sa.JSON(none_as_null=False)
+        # SQLite: JSON text in TEXT-affinity columns (a column declared JSON would get NUMERIC affinity and turn
+        # the text '5' into the integer 5); the JSON1 functions work on it.
+        json_type: Any = postgresql.JSONB(none_as_null=False) if pg else sa.Text()
         self.json_type = json_type
         self.specs: Dict[str, TableSpec] = {}
         for name, model, pks, indexes in _MODELS:
@@ -203,7 +226,9 @@ class SqlSchema:
         self.queue = sa.Table(
             "rollout_queue",
             self.metadata,
-            sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+            sa.Column(
+                "seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True
+            ),
             sa.Column("value", text_type, nullable=False),
             sa.Index("ix_rollout_queue_value", "value"),
         )
@@ -214,6 +239,7 @@ class SqlSchema:
             sa.Column("num", sa.BigInteger(), nullable=True),
             sa.Column("value", json_type, nullable=True),
         )
+        self.text_type = text_type
         self.version_table = sa.Table(
             SCHEMA_TABLE,
             self.metadata,
@@ -229,7 +255,7 @@ MIGRATIONS: Dict[int, Migration] = {}
 """Forward migrations: ``MIGRATIONS[v]`` upgrades a database from version ``v`` to ``v + 1`` (inside one
 transaction). Version 1 is the first released schema, so the list is empty for now."""
 
-_PG_SCHEMA_LOCK_KEY = 0x726F6C6C  # "roll": advisory lock serialising schema creation across processes
+PG_SCHEMA_LOCK_KEY = 0x726F6C6C  # "roll": advisory lock serialising schema creation across processes
 
 
 async def ensure_schema(
@@ -248,7 +274,7 @@ async def ensure_schema(
     target = SCHEMA_VERSION if target_version is None else target_version
     steps = MIGRATIONS if migrations is None else migrations
     if schema.dialect == "postgresql":
-        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK_KEY})
+        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK_KEY})
     existing = set(await conn.run_sync(lambda c: sa.inspect(c).get_table_names()))
     vt = schema.version_table
     if SCHEMA_TABLE not in existing:

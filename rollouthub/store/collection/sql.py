@@ -1,0 +1,443 @@
+"""SQL implementation of the collections layer: SQLite (file) or PostgreSQL, chosen by URL.
+
+SQLAlchemy 2 Core defines the schema (:mod:`.sql_schema`), creates and migrates it, and compiles every statement
+shape once (:class:`~.sql_engine.StatementCache`); units execute the compiled SQL directly on pooled driver
+connections (SQLite: :mod:`.sql_sqlite`, an aiosqlite subclass that by default runs statements inline on the
+event-loop thread; PostgreSQL: asyncpg). See ``docs/sql-backend.md`` for the reasons and the measurements.
+
+Units of work (``atomic()`` / ``execute()``):
+
+* ``mode="r"`` without ``snapshot``: statements run in autocommit (no write lock; WAL readers never block).
+  ``snapshot=True`` opens a read transaction (SQLite ``BEGIN``; PostgreSQL ``REPEATABLE READ READ ONLY``).
+* ``mode="w"``/``"rw"`` or ``commit=True``: one transaction, committed at the end and rolled back on error.
+  SQLite: ``BEGIN IMMEDIATE`` (one writer at a time; an in-process lock orders local writers, the busy timeout
+  bounds the wait for other processes). PostgreSQL: ``commit=True`` units run in ``REPEATABLE READ``, other write
+  units in ``READ COMMITTED``; in both, rows read inside a write unit are locked (``SELECT ... FOR UPDATE``) so
+  read-modify-write cannot lose updates. ``execute(commit=True)`` re-runs the callback on serialization failures /
+  deadlocks (SQLSTATE 40001 / 40P01) and on SQLite "database is locked", with jittered backoff within a time budget.
+* ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
+
+A unit is bound to the task that opened it: nested ``atomic()`` calls from the same task join it. Driver
+connections are bound to an event loop, so one pool is kept per running loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import threading
+import time
+import weakref
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, TypeVar
+
+import aiologic
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from typing_extensions import Self
+
+from rollouthub.utils.metrics import MetricsBackend
+
+from .base import AtomicLabels, AtomicMode, Collection, KeyValue, LightningCollections, Queue
+from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
+from .sql_primitives import SqlCollection, SqlKeyValue, SqlQueue
+from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
+from .sql_sqlite import make_async_creator
+
+__all__ = ["SqlLightningCollections", "SqlCollection", "SqlQueue", "SqlKeyValue", "is_transient_error"]
+
+logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+_WRITE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _make_collection(backend: SqlLightningCollections, unit: Optional[Unit], name: str) -> Any:
+    if name == "rollout_queue":
+        return SqlQueue(backend, unit)
+    if name == "span_sequence_ids":
+        return SqlKeyValue(backend, unit)
+    return SqlCollection(backend, backend.schema.specs[name], unit)
+
+
+def _make_collections(backend: SqlLightningCollections, unit: Optional[Unit]) -> Dict[str, Any]:
+    names = ("rollouts", "attempts", "spans", "resources", "workers", "rollout_queue", "span_sequence_ids")
+    return {name: _make_collection(backend, unit, name) for name in names}
+
+
+class _UnitView(LightningCollections):
+    """The collections object yielded by ``atomic()``: every operation runs in the unit's transaction."""
+
+    def __init__(self, backend: SqlLightningCollections, unit: Unit) -> None:
+        super().__init__(tracker=None)
+        self._backend = backend
+        self._unit = unit
+        self._cols: Optional[Dict[str, Any]] = None
+
+    def _get(self, name: str) -> Any:
+        cols = self._cols
+        if cols is None:
+            cols = self._cols = {}
+        found = cols.get(name)
+        if found is None:
+            found = cols[name] = _make_collection(self._backend, self._unit, name)
+        return found
+
+    rollouts = property(lambda self: self._get("rollouts"))  # type: ignore[assignment]
+    attempts = property(lambda self: self._get("attempts"))  # type: ignore[assignment]
+    spans = property(lambda self: self._get("spans"))  # type: ignore[assignment]
+    resources = property(lambda self: self._get("resources"))  # type: ignore[assignment]
+    workers = property(lambda self: self._get("workers"))  # type: ignore[assignment]
+    rollout_queue = property(lambda self: self._get("rollout_queue"))  # type: ignore[assignment]
+    span_sequence_ids = property(lambda self: self._get("span_sequence_ids"))  # type: ignore[assignment]
+
+    def atomic(self, **kwargs: Any) -> Any:
+        """Nested units join this one."""
+        return self._backend.atomic(**kwargs)
+
+    async def execute(self, callback: Callable[[Self], Awaitable[R]], **kwargs: Any) -> R:  # type: ignore[override]
+        """Nested executes run inside this unit (no separate retry)."""
+        return await callback(self)
+
+
+class _UnitScope:
+    """Async context of one unit (class-based: this runs several times per store call)."""
+
+    __slots__ = ("backend", "write", "snapshot", "commit", "view", "unit", "token")
+
+    def __init__(self, backend: SqlLightningCollections, write: bool, snapshot: bool, commit: bool, view: bool) -> None:
+        self.backend = backend
+        self.write = write
+        self.snapshot = snapshot
+        self.commit = commit
+        self.view = view
+        self.unit: Optional[Unit] = None
+        self.token: Any = None
+
+    async def __aenter__(self) -> Any:
+        active = ACTIVE_UNIT.get()
+        if active is not None and active.backend is self.backend and (active.write or not self.write):
+            if active.task is asyncio.current_task():
+                return active.view if self.view else active
+        unit = self.unit = Unit(self.backend, self.write, self.snapshot, self.commit)
+        unit.view = _UnitView(self.backend, unit)
+        self.token = ACTIVE_UNIT.set(unit)
+        return unit.view if self.view else unit
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        unit = self.unit
+        if unit is None:
+            return
+        self.unit = None
+        ACTIVE_UNIT.reset(self.token)
+        await unit.close(exc_type is not None)
+
+
+class _GenericScope:
+    """``labels=["generic"]``: a process-local lock, no database transaction."""
+
+    __slots__ = ("backend",)
+
+    def __init__(self, backend: SqlLightningCollections) -> None:
+        self.backend = backend
+
+    async def __aenter__(self) -> Any:
+        await self.backend._generic_lock.async_acquire()
+        return self.backend
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.backend._generic_lock.async_release()
+
+
+class SqlLightningCollections(LightningCollections):
+    """Collections stored in SQLite (``sqlite:///path.db``) or PostgreSQL (``postgresql://...``).
+
+    Args:
+        url: database URL; ``sqlite://``/``postgresql://`` are rewritten to the aiosqlite/asyncpg drivers.
+        tracker: optional metrics backend.
+        echo: log the SQL of schema creation/migration (SQLAlchemy engine echo).
+        pool_size / max_overflow: connection pool size per event loop.
+        busy_timeout: SQLite: seconds a writer waits for another process' write lock.
+        synchronous: SQLite ``PRAGMA synchronous`` (``"NORMAL"``: survives a process crash; ``"FULL"``: also
+            survives power loss, slower).
+        commit_retry_budget: seconds ``execute(commit=True)`` keeps retrying transient conflicts.
+        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing.
+        sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
+            locks asynchronously). ``False``: one aiosqlite worker thread per connection.
+        engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        tracker: Optional[MetricsBackend] = None,
+        echo: bool = False,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        busy_timeout: float = 30.0,
+        synchronous: str = "NORMAL",
+        commit_retry_budget: float = 30.0,
+        schema: Optional[str] = None,
+        sqlite_inline: bool = True,
+        **engine_kwargs: Any,
+    ) -> None:
+        super().__init__(tracker=tracker)
+        self.url, self.dialect = normalize_database_url(url)
+        self.display_url = describe_url(self.url)
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"Invalid synchronous mode {synchronous!r}")
+        self.schema = SqlSchema(self.dialect)
+        self.pg_schema = schema
+        self._echo = echo
+        self._pool_size = pool_size
+        self._max_overflow = max_overflow
+        self._busy_timeout = busy_timeout
+        self._synchronous = synchronous.upper()
+        self._commit_retry_budget = commit_retry_budget
+        self._sqlite_inline = sqlite_inline
+        self._engine_kwargs = engine_kwargs
+        self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = weakref.WeakKeyDictionary()
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DriverPool] = weakref.WeakKeyDictionary()
+        self.stmts = StatementCache()
+        self.stmts.dialect = create_async_engine(self.url).dialect  # replaced by the connected dialect later
+        self._engines_guard = threading.Lock()
+        self._ready = False
+        self._ready_lock = aiologic.Lock()
+        self._generic_lock = aiologic.Lock()
+        self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
+        self._unbound: Optional[Dict[str, Any]] = None
+        self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
+
+    # --- engines ----------------------------------------------------------------------------------------------
+
+    def _create_engine(self) -> AsyncEngine:
+        kwargs: Dict[str, Any] = dict(
+            echo=self._echo,
+            pool_size=self._pool_size,
+            max_overflow=self._max_overflow,
+            pool_reset_on_return=None,  # units always end with COMMIT/ROLLBACK themselves
+        )
+        if self.dialect == "sqlite":
+            kwargs["async_creator"] = make_async_creator(
+                str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
+            )
+        elif self.pg_schema:
+            kwargs["connect_args"] = {"server_settings": {"search_path": self.pg_schema}}
+        kwargs.update(self._engine_kwargs)
+        return create_async_engine(self.url, **kwargs)
+
+    def _local_write_lock(self) -> asyncio.Lock:
+        """SQLite: the lock ordering this event loop's writers of this database file (other threads, loops and
+        processes are ordered by SQLite's write lock, waited for asynchronously)."""
+        loop = asyncio.get_running_loop()
+        locks = _WRITE_LOCKS.get(loop)
+        if locks is None:
+            with _WRITE_LOCKS_GUARD:
+                locks = _WRITE_LOCKS.setdefault(loop, {})
+        lock = locks.get(self._file_key)
+        if lock is None:
+            lock = locks.setdefault(self._file_key, asyncio.Lock())
+        return lock
+
+    def _pool_for_loop(self) -> DriverPool:
+        """The driver-connection pool of the running event loop."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            with self._engines_guard:
+                pool = self._pools.get(loop)
+                if pool is None:
+                    pool = DriverPool(
+                        self._driver_factory(), self._pool_size + self._max_overflow, self.dialect == "sqlite"
+                    )
+                    self._pools[loop] = pool
+        return pool
+
+    def _driver_factory(self) -> Callable[[], Any]:
+        if self.dialect == "sqlite":
+            return make_async_creator(
+                str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
+            )
+        import asyncpg
+
+        dsn = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        settings = {"search_path": self.pg_schema} if self.pg_schema else None
+
+        async def connect() -> Any:
+            return await asyncpg.connect(dsn, server_settings=settings)
+
+        return connect
+
+    def _engine_for_loop(self) -> AsyncEngine:
+        """The engine (and pool) of the running event loop."""
+        loop = asyncio.get_running_loop()
+        engine = self._engines.get(loop)
+        if engine is None:
+            with self._engines_guard:
+                engine = self._engines.get(loop)
+                if engine is None:
+                    engine = self._create_engine()
+                    self._engines[loop] = engine
+        return engine
+
+    async def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            engine = self._engine_for_loop()
+            async with engine.connect() as conn:
+                if self.dialect == "sqlite":
+                    await conn.exec_driver_sql("BEGIN IMMEDIATE")
+                elif self.pg_schema:
+                    # Under the schema lock, in the same transaction: concurrent first opens must not race.
+                    await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_SCHEMA_LOCK_KEY})")
+                    await conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.pg_schema}"')
+                try:
+                    await ensure_schema(conn, self.schema, self.display_url)
+                except BaseException:
+                    await conn.rollback()
+                    raise
+                await conn.commit()
+            self.stmts.reset(engine.dialect)
+            self._ready = True
+
+    async def initialize(self) -> None:
+        """Create or check the schema now (otherwise done on first use)."""
+        await self._ensure_ready()
+
+    async def close(self) -> None:
+        """Dispose the engine of the running loop and forget the others."""
+        loop = asyncio.get_running_loop()
+        with self._engines_guard:
+            engine = self._engines.pop(loop, None)
+            pool = self._pools.pop(loop, None)
+            self._engines = weakref.WeakKeyDictionary()
+            self._pools = weakref.WeakKeyDictionary()
+        if pool is not None:
+            await pool.close()
+        if engine is not None:
+            await engine.dispose()
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """PostgreSQL ``NOTIFY`` (autocommit)."""
+        async with self._unit_scope(write=False, snapshot=False, commit=False) as unit:
+            await unit.fetch_sql("SELECT pg_notify($1, $2)", [channel, payload])
+
+    # --- units ------------------------------------------------------------------------------------------------
+
+    def _unit_scope(self, *, write: bool, snapshot: bool, commit: bool) -> _UnitScope:
+        """An async context yielding the active unit of this task (when compatible) or a new one."""
+        return _UnitScope(self, write, snapshot, commit, False)
+
+    def _atomic(self, mode: AtomicMode, snapshot: bool, commit: bool, labels: Optional[Sequence[AtomicLabels]]) -> Any:
+        if labels and all(label == "generic" for label in labels):
+            return _GenericScope(self)
+        return _UnitScope(self, mode != "r" or commit, snapshot, commit, True)
+
+    def atomic(
+        self,
+        *,
+        mode: AtomicMode = "rw",
+        snapshot: bool = False,
+        commit: bool = False,
+        labels: Optional[Sequence[AtomicLabels]] = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A unit of work yielding a collections object bound to one connection/transaction (module docstring)."""
+        if self.tracker is None:
+            return self._atomic(mode, snapshot, commit, labels)
+        return self._tracked_atomic(mode, snapshot, commit, labels)
+
+    @asynccontextmanager
+    async def _tracked_atomic(
+        self, mode: AtomicMode, snapshot: bool, commit: bool, labels: Optional[Sequence[AtomicLabels]]
+    ) -> AsyncIterator[LightningCollections]:
+        async with self.tracking_context("atomic", "router"):
+            async with self._atomic(mode, snapshot, commit, labels) as view:
+                yield view
+
+    async def execute(
+        self,
+        callback: Callable[[Any], Awaitable[R]],
+        *,
+        mode: AtomicMode = "rw",
+        snapshot: bool = False,
+        commit: bool = False,
+        labels: Optional[Sequence[AtomicLabels]] = None,
+        **kwargs: Any,
+    ) -> R:
+        """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried."""
+        active = ACTIVE_UNIT.get()
+        nested = active is not None and active.backend is self and active.task is asyncio.current_task()
+        if not commit or nested:
+            async with self.atomic(mode=mode, snapshot=snapshot, commit=commit, labels=labels) as view:
+                return await callback(view)
+        deadline = time.monotonic() + self._commit_retry_budget
+        delay = 0.002
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self.atomic(mode=mode, snapshot=snapshot, commit=True, labels=labels) as view:
+                    return await callback(view)
+            except Exception as exc:
+                if not is_transient_error(exc) or time.monotonic() + delay > deadline:
+                    raise
+                logger.debug("Retrying transaction after transient conflict (attempt %d): %s", attempt, exc)
+                await asyncio.sleep(random.uniform(0, delay))
+                delay = min(delay * 2, 0.25)
+
+    # --- collections ------------------------------------------------------------------------------------------
+
+    def _get(self, name: str) -> Any:
+        if self._unbound is None:
+            self._unbound = _make_collections(self, None)
+        return self._unbound[name]
+
+    @property
+    def rollouts(self) -> Collection[Any]:
+        """Rollouts (PK ``rollout_id``)."""
+        return self._get("rollouts")
+
+    @property
+    def attempts(self) -> Collection[Any]:
+        """Attempts (PK ``rollout_id``, ``attempt_id``)."""
+        return self._get("attempts")
+
+    @property
+    def spans(self) -> Collection[Any]:
+        """Spans (PK ``rollout_id``, ``attempt_id``, ``span_id``)."""
+        return self._get("spans")
+
+    @property
+    def resources(self) -> Collection[Any]:
+        """Resource snapshots (PK ``resources_id``)."""
+        return self._get("resources")
+
+    @property
+    def workers(self) -> Collection[Any]:
+        """Workers (PK ``worker_id``)."""
+        return self._get("workers")
+
+    @property
+    def rollout_queue(self) -> Queue[str]:
+        """Queue of rollout ids."""
+        return self._get("rollout_queue")
+
+    @property
+    def span_sequence_ids(self) -> KeyValue[str, int]:
+        """Rollout id -> last issued span sequence id."""
+        return self._get("span_sequence_ids")
+
+    def __repr__(self) -> str:
+        return f"<SqlLightningCollections {self.display_url}>"

@@ -1,0 +1,623 @@
+"""``SqlCollection``, ``SqlQueue`` and ``SqlKeyValue``: the storage primitives of the SQL backend.
+
+A primitive is either bound to a unit of work (it was reached through the collections object yielded by
+``atomic()``/``execute()``) or unbound (reached through :class:`~.sql.SqlLightningCollections` directly), in which
+case every operation runs in a unit of its own. Statements are compiled once per shape (see :mod:`.sql_engine`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+
+import sqlalchemy as sa
+from pydantic import BaseModel
+
+from rollouthub.types import FilterOptions, PaginatedResult, SortOptions
+
+from .base import (
+    Collection,
+    DuplicatedPrimaryKeyError,
+    KeyValue,
+    NormalizedFilter,
+    Queue,
+    check_sort_field,
+    ensure_numeric,
+    normalize_filter_options,
+    resolve_sort_options,
+    tracked,
+)
+from .sql_engine import StatementCache, Unit
+from .sql_filters import FALSE, Binder, bp, compile_where
+from .sql_schema import TableSpec, json_dumps
+
+if TYPE_CHECKING:
+    from .sql import SqlLightningCollections
+
+__all__ = ["SqlCollection", "SqlQueue", "SqlKeyValue"]
+
+T = TypeVar("T", bound=BaseModel)
+R = TypeVar("R")
+
+_PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
+
+
+class _SqlPrimitive:
+    """Shared plumbing: run in the bound unit, or in a unit of its own."""
+
+    _backend: SqlLightningCollections
+    _unit: Optional[Unit]
+
+    async def _run(self, write: bool, fn: Callable[[Unit], Awaitable[R]]) -> R:
+        if self._unit is not None:
+            return await fn(self._unit)
+        async with self._backend._unit_scope(write=write, snapshot=False, commit=False) as own:
+            return await fn(own)
+
+    def _stmt(self, key: Any, build: Callable[[], Any]) -> Any:
+        return self._backend.stmts.get(key, build)
+
+
+def _pk_repr(spec: TableSpec, values: Sequence[Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in zip(spec.primary_keys, values, strict=False))
+
+
+class SqlCollection(_SqlPrimitive, Collection[T]):
+    """A collection stored in one table; filters, sorts and pagination compile to SQL."""
+
+    def __init__(self, backend: SqlLightningCollections, spec: TableSpec, unit: Optional[Unit] = None) -> None:
+        super().__init__(tracker=backend.tracker)
+        self._backend = backend
+        self._spec = spec
+        self._unit = unit
+
+    @property
+    def collection_name(self) -> str:
+        return self._spec.name
+
+    def primary_keys(self) -> Sequence[str]:
+        """Primary-key field names, in order."""
+        return self._spec.primary_keys
+
+    def item_type(self) -> Type[T]:
+        """The model class of the items."""
+        return self._spec.model  # type: ignore[return-value]
+
+    def _check_items(self, items: Sequence[T]) -> None:
+        model = self._spec.model
+        for item in items:
+            if not isinstance(item, model):
+                raise TypeError(f"Expected {model.__name__}, got {type(item).__name__}")
+
+    def _pk_values(self, item: BaseModel) -> Tuple[Any, ...]:
+        return tuple(getattr(item, k) for k in self._spec.primary_keys)
+
+    def _pk_where(self) -> Any:
+        t = self._spec.table
+        return sa.and_(*[t.c[k] == bp(f"k_{k}") for k in self._spec.primary_keys])
+
+    def _pk_binds(self, key: Sequence[Any]) -> Dict[str, Any]:
+        return {f"k_{k}": v for k, v in zip(self._spec.primary_keys, key, strict=False)}
+
+    # --- reads -------------------------------------------------------------------------------------------------
+
+    def _filter(self, filter: Optional[FilterOptions]) -> Tuple[Any, Tuple[Any, ...], Dict[str, Any], Any]:
+        """``(where marker, shape, values, normalized)``: where marker is ``None`` (all), ``FALSE`` or a clause."""
+        nf = normalize_filter_options(filter)
+        if nf.is_empty:
+            return None, (), {}, nf
+        b = Binder(self._backend.dialect, dry=True)
+        marker = compile_where(self._spec, nf, b)
+        return marker, tuple(b.shape), b.values, nf
+
+    def _where_clause(self, nf: NormalizedFilter) -> Any:
+        clause = compile_where(self._spec, nf, Binder(self._backend.dialect, dry=False))
+        return None if clause is None else (sa.false() if clause is FALSE else clause)
+
+    def _order_by(self, sort: Optional[SortOptions]) -> Tuple[Optional[Tuple[str, str]], Callable[[], List[Any]]]:
+        resolved = resolve_sort_options(sort)
+        if resolved is not None:
+            check_sort_field(self._spec.model, resolved[0])
+
+        def build() -> List[Any]:
+            order_col = self._spec.order_col
+            if resolved is None:
+                return [order_col]
+            name, order = resolved
+            col = self._spec.table.c[name]
+            if name.endswith("_time"):
+                expr = col.asc().nulls_last() if order == "asc" else col.desc().nulls_first()
+            else:
+                expr = col.asc().nulls_first() if order == "asc" else col.desc().nulls_last()
+            return [expr, order_col]
+
+        return resolved, build
+
+    def _select(self, unit: Unit, marker: Any, shape: Any, nf: Any, sort: Any, limit: bool, offset: bool) -> Any:
+        sort_key, order_build = sort
+        for_update = unit.for_update
+        key = ("q", self._spec.name, shape, sort_key, limit, offset, for_update)
+
+        def build() -> Any:
+            stmt = sa.select(*self._spec.columns)
+            if marker is not None:
+                stmt = stmt.where(self._where_clause(nf))
+            stmt = stmt.order_by(*order_build())
+            if limit:
+                stmt = stmt.limit(bp("lim", type_=sa.Integer()))
+            if offset:
+                stmt = stmt.offset(bp("off", type_=sa.Integer()))
+            return stmt.with_for_update() if for_update else stmt
+
+        return self._stmt(key, build)
+
+    def _count_stmt(self, marker: Any, shape: Any, nf: Any) -> Any:
+        def build() -> Any:
+            stmt = sa.select(sa.func.count()).select_from(self._spec.table)
+            return stmt if marker is None else stmt.where(self._where_clause(nf))
+
+        return self._stmt(("c", self._spec.name, shape), build)
+
+    @tracked("size")
+    async def size(self) -> int:
+        """Number of rows (``SELECT COUNT(*)``)."""
+        stmt = self._count_stmt(None, (), None)
+        return int(await self._run(False, lambda u: _scalar(u, stmt, {})))
+
+    @tracked("query")
+    async def query(
+        self,
+        filter: Optional[FilterOptions] = None,
+        sort: Optional[SortOptions] = None,
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[T]:
+        """Filter, sort and paginate in SQL; ``total`` is counted only when the page does not reveal it."""
+        marker, shape, values, nf = self._filter(filter)
+        order = self._order_by(sort)
+        offset = max(offset, 0)
+        if marker is FALSE:
+            return PaginatedResult(items=[], limit=limit, offset=offset, total=0)
+        spec = self._spec
+
+        async def run(unit: Unit) -> Tuple[List[T], int]:
+            items: List[T] = []
+            if limit != 0:
+                stmt = self._select(unit, marker, shape, nf, order, limit > 0, offset > 0)
+                rows = await unit.fetch(stmt, {**values, "lim": limit, "off": offset})
+                items = [spec.from_row(r) for r in rows]  # type: ignore[misc]
+                if (limit < 0 or len(items) < limit) and (items or offset == 0):
+                    return items, offset + len(items)
+            return items, int(await _scalar(unit, self._count_stmt(marker, shape, nf), values))
+
+        items, total = await self._run(False, run)
+        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
+
+    @tracked("get")
+    async def get(self, filter: Optional[FilterOptions] = None, sort: Optional[SortOptions] = None) -> Optional[T]:
+        """First match (``LIMIT 1``), or ``None``."""
+        marker, shape, values, nf = self._filter(filter)
+        order = self._order_by(sort)
+        if marker is FALSE:
+            return None
+
+        async def run(unit: Unit) -> Optional[T]:
+            stmt = self._select(unit, marker, shape, nf, order, True, False)
+            rows = await unit.fetch(stmt, {**values, "lim": 1})
+            return self._spec.from_row(rows[0]) if rows else None  # type: ignore[return-value]
+
+        return await self._run(False, run)
+
+    async def query_json_present(self, status_in: Sequence[str], json_field: str, keys: Sequence[str]) -> List[T]:
+        """Items whose ``status`` is in ``status_in`` and whose JSON ``json_field`` has a non-null value under any
+        of ``keys`` (e.g. running rollouts with a timeout configured), in insertion order."""
+        spec = self._spec
+        t = spec.table
+        statuses = list(status_in)
+        for_update = self._unit is not None and self._unit.for_update
+
+        def build() -> Any:
+            col = t.c[json_field]
+            if self._backend.dialect == "postgresql":
+                present = [col.op("->>")(sa.literal_column(f"'{k}'")).is_not(None) for k in keys]
+            else:
+                present = [sa.func.json_extract(col, f"$.{k}").is_not(None) for k in keys]
+            where = sa.and_(t.c.status.in_([bp(f"s{i}") for i in range(len(statuses))]), sa.or_(*present))
+            stmt = sa.select(*spec.columns).where(where).order_by(spec.order_col)
+            return stmt.with_for_update() if for_update else stmt
+
+        stmt = self._stmt(("jp", spec.name, len(statuses), json_field, tuple(keys), for_update), build)
+        values = {f"s{i}": v for i, v in enumerate(statuses)}
+        rows = await self._run(False, lambda u: u.fetch(stmt, values))
+        return [spec.from_row(r) for r in rows]  # type: ignore[misc]
+
+    # --- writes ------------------------------------------------------------------------------------------------
+
+    @tracked("insert")
+    async def insert(self, items: Sequence[T]) -> None:
+        """Bulk insert; an existing or repeated primary key raises :class:`DuplicatedPrimaryKeyError` and the
+        call has no effect at all."""
+        self._check_items(items)
+        if not items:
+            return
+        keys = [self._pk_values(i) for i in items]
+        seen: set[Tuple[Any, ...]] = set()
+        for key in keys:
+            if key in seen:
+                raise DuplicatedPrimaryKeyError(f"Duplicated primary key in payload: {_pk_repr(self._spec, key)}")
+            seen.add(key)
+        spec = self._spec
+        rows = [spec.to_row(i) for i in items]
+        cols = spec.column_names
+        if self._backend.dialect == "sqlite":
+            stmt = self._stmt(("i", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
+            select_key = self._stmt(("pk", spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
+            params = [[row[n] for n in stmt[1]] for row in rows]
+
+            def bulk(conn: sqlite3.Connection) -> Optional[Tuple[Any, ...]]:
+                if len(params) == 1:  # one statement is atomic by itself: no savepoint needed
+                    try:
+                        conn.execute(stmt[0], params[0])
+                        return None
+                    except sqlite3.IntegrityError:
+                        return keys[0]
+                conn.execute("SAVEPOINT rh_insert")
+                try:
+                    conn.executemany(stmt[0], params)
+                except sqlite3.IntegrityError:
+                    conn.execute("ROLLBACK TO rh_insert")
+                    conn.execute("RELEASE rh_insert")
+                    for key in keys:
+                        binds = self._pk_binds(key)
+                        if conn.execute(select_key[0], StatementCache.params(select_key, binds)).fetchone():
+                            return key
+                    return keys[0]
+                conn.execute("RELEASE rh_insert")
+                return None
+
+            async def run_sqlite(unit: Unit) -> Optional[Tuple[Any, ...]]:
+                return await (await unit.driver()).call(bulk)  # type: ignore[no-any-return]
+
+            dup = await self._run(True, run_sqlite)
+        else:
+            col_list = ", ".join(f'"{c}"' for c in cols)
+            arrays = ", ".join(f"${i + 1}::{_PG_ARRAY[spec.kinds.get(c, 'json')]}" for i, c in enumerate(cols))
+            pks = ", ".join(f'"{k}"' for k in spec.primary_keys)
+            sql = f'INSERT INTO "{spec.name}" ({col_list}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING RETURNING {pks}'
+
+            columns = [[row[c] for row in rows] for c in cols]
+            delete = self._stmt(("d", spec.name), lambda: sa.delete(spec.table).where(self._pk_where()))
+
+            async def run_pg(unit: Unit) -> Optional[Tuple[Any, ...]]:
+                inserted = [tuple(r) for r in await unit.fetch_sql(sql, columns)]
+                if len(inserted) == len(rows):
+                    return None
+                for key in inserted:  # undo our own rows: the call has no partial effect
+                    await unit.execute(delete, self._pk_binds(key))
+                done = set(inserted)
+                return next(k for k in keys if k not in done)
+
+            dup = await self._run(True, run_pg)
+        if dup is not None:
+            raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {_pk_repr(spec, dup)} already exists")
+
+    def _missing(self, key: Sequence[Any]) -> ValueError:
+        return ValueError(f"Item does not exist with primary key(s): {_pk_repr(self._spec, key)}")
+
+    def _set_names(self, update_fields: Optional[Sequence[str]]) -> Tuple[str, ...]:
+        spec = self._spec
+        if update_fields is None:
+            return tuple(c for c in spec.column_names if c not in spec.primary_keys)
+        for name in update_fields:
+            if name not in spec.kinds:
+                raise ValueError(f"Field '{name}' does not exist on {spec.model.__name__}")
+        return tuple(dict.fromkeys(n for n in update_fields if n not in spec.primary_keys))
+
+    @tracked("update")
+    async def update(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:
+        """``UPDATE`` by primary key (all fields, or only ``update_fields``); returns the stored items."""
+        self._check_items(items)
+        spec = self._spec
+        names = self._set_names(update_fields)
+        returning = update_fields is not None
+        t = spec.table
+
+        def build() -> Any:
+            sets = {n: bp(f"v_{n}") for n in names} or {spec.primary_keys[0]: t.c[spec.primary_keys[0]]}
+            stmt = sa.update(t).where(self._pk_where()).values(sets)
+            return stmt.returning(*spec.columns) if returning else stmt
+
+        stmt = self._stmt(("u", spec.name, names, returning), build)
+
+        async def run(unit: Unit) -> List[T]:
+            out: List[T] = []
+            for item in items:
+                key = self._pk_values(item)
+                row = spec.to_row(item)
+                values = {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}}
+                if returning:
+                    found = await unit.fetch(stmt, values)
+                    if not found:
+                        raise self._missing(key)
+                    out.append(spec.from_row(found[0]))  # type: ignore[arg-type]
+                else:
+                    if await unit.execute(stmt, values) == 0:
+                        raise self._missing(key)
+                    out.append(item)
+            return out
+
+        return await self._run(True, run)
+
+    @tracked("upsert")
+    async def upsert(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:
+        """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``; ``update_fields=[]`` is get-or-insert."""
+        self._check_items(items)
+        spec = self._spec
+        names = self._set_names(update_fields)
+        returning = update_fields is not None
+        t = spec.table
+
+        def build() -> Any:
+            ins = self._backend._insert(t).values({c: bp(c) for c in spec.column_names})
+            first = spec.primary_keys[0]
+            sets = {n: ins.excluded[n] for n in names} or {first: t.c[first]}
+            stmt = ins.on_conflict_do_update(index_elements=list(spec.primary_keys), set_=sets)
+            return stmt.returning(*spec.columns) if returning else stmt
+
+        stmt = self._stmt(("s", spec.name, names, returning), build)
+
+        async def run(unit: Unit) -> List[T]:
+            out: List[T] = []
+            for item in items:
+                row = spec.to_row(item)
+                if returning:
+                    found = await unit.fetch(stmt, row)
+                    out.append(spec.from_row(found[0]))  # type: ignore[arg-type]
+                else:
+                    await unit.execute(stmt, row)
+                    out.append(item)
+            return out
+
+        return await self._run(True, run)
+
+    @tracked("delete")
+    async def delete(self, items: Sequence[T]) -> None:
+        """``DELETE`` by primary key; a missing key raises ``ValueError``."""
+        self._check_items(items)
+        stmt = self._stmt(("d", self._spec.name), lambda: sa.delete(self._spec.table).where(self._pk_where()))
+
+        async def run(unit: Unit) -> None:
+            for item in items:
+                key = self._pk_values(item)
+                if await unit.execute(stmt, self._pk_binds(key)) == 0:
+                    raise self._missing(key)
+
+        await self._run(True, run)
+
+
+class SqlQueue(_SqlPrimitive, Queue[str]):
+    """A FIFO of strings: table ``rollout_queue(seq autoincrement, value)``; PostgreSQL pops with
+    ``FOR UPDATE SKIP LOCKED``."""
+
+    def __init__(self, backend: SqlLightningCollections, unit: Optional[Unit] = None) -> None:
+        super().__init__(tracker=backend.tracker)
+        self._backend = backend
+        self._unit = unit
+        self._table = backend.schema.queue
+
+    @property
+    def collection_name(self) -> str:
+        return "rollout_queue"
+
+    def item_type(self) -> Type[str]:
+        """Queued values are strings (rollout ids)."""
+        return str
+
+    @staticmethod
+    def _check(item: Any) -> None:
+        if not isinstance(item, str):
+            raise TypeError(f"Expected str, got {type(item).__name__}")
+
+    @tracked("has")
+    async def has(self, item: str) -> bool:
+        """Membership among not-yet-dequeued values (indexed)."""
+        self._check(item)
+        t = self._table
+        stmt = self._stmt(("qh",), lambda: sa.select(sa.exists().where(t.c.value == bp("v"))))
+        return bool(await self._run(False, lambda u: _scalar(u, stmt, {"v": item})))
+
+    @tracked("enqueue")
+    async def enqueue(self, items: Sequence[str]) -> Sequence[str]:
+        """Append values in order (one bulk insert)."""
+        for item in items:
+            self._check(item)
+        if not items:
+            return []
+        values = list(items)
+        if self._backend.dialect == "sqlite":
+            stmt = self._stmt(("qi",), lambda: sa.insert(self._table).values(value=bp("v")))
+
+            async def run_sqlite(unit: Unit) -> None:
+                await (await unit.driver()).call(lambda c: c.executemany(stmt[0], [(v,) for v in values]))
+
+            await self._run(True, run_sqlite)
+        else:
+            sql = (
+                "INSERT INTO rollout_queue (value) SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
+                "ORDER BY i"
+            )
+            await self._run(True, lambda u: u.fetch_sql(sql, [values]))
+        return values
+
+    @tracked("dequeue")
+    async def dequeue(self, limit: int = 1) -> Sequence[str]:
+        """Pop up to ``limit`` values from the head."""
+        if limit <= 0:
+            return []
+        t = self._table
+        pg = self._backend.dialect == "postgresql"
+
+        def build() -> Any:
+            head = sa.select(t.c.seq).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer()))
+            if pg:
+                head = head.with_for_update(skip_locked=True)
+            return sa.delete(t).where(t.c.seq.in_(head.scalar_subquery())).returning(t.c.seq, t.c.value)
+
+        stmt = self._stmt(("qd",), build)
+
+        async def run(unit: Unit) -> List[str]:
+            return [value for _, value in sorted(tuple(r) for r in await unit.fetch(stmt, {"lim": limit}))]
+
+        return await self._run(True, run)
+
+    @tracked("peek")
+    async def peek(self, limit: int = 1) -> Sequence[str]:
+        """The first ``limit`` values without removing them."""
+        if limit <= 0:
+            return []
+        t = self._table
+        stmt = self._stmt(("qp",), lambda: sa.select(t.c.value).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer())))
+        return await self._run(False, lambda u: _column(u, stmt, {"lim": limit}))
+
+    @tracked("size")
+    async def size(self) -> int:
+        """Number of queued values."""
+        stmt = self._stmt(("qn",), lambda: sa.select(sa.func.count()).select_from(self._table))
+        return int(await self._run(False, lambda u: _scalar(u, stmt, {})))
+
+
+class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
+    """A dictionary in table ``span_sequence_ids(key, num, value)``: integers live in ``num`` so that ``inc`` and
+    ``chmax`` are one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``; other values are JSON in ``value``."""
+
+    def __init__(self, backend: SqlLightningCollections, unit: Optional[Unit] = None) -> None:
+        super().__init__(tracker=backend.tracker)
+        self._backend = backend
+        self._unit = unit
+        self._table = backend.schema.kv
+
+    @property
+    def collection_name(self) -> str:
+        return "span_sequence_ids"
+
+    def _decode(self, row: Any) -> Any:
+        if row[0] is not None:
+            return int(row[0])
+        if row[1] is None:
+            return None
+        return json.loads(row[1])
+
+    @staticmethod
+    def _encode(key: Any, value: Any) -> Dict[str, Any]:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"k": str(key), "n": value, "v": None}
+        return {"k": str(key), "n": None, "v": json_dumps(value)}
+
+    def _where_key(self) -> Any:
+        return self._table.c.key == bp("k")
+
+    def _set_stmt(self) -> Any:
+        t = self._table
+
+        def build() -> Any:
+            ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=bp("v"))
+            return ins.on_conflict_do_update(
+                index_elements=["key"], set_={"num": ins.excluded.num, "value": ins.excluded.value}
+            )
+
+        return self._stmt(("ks",), build)
+
+    @tracked("has")
+    async def has(self, key: str) -> bool:
+        """Whether ``key`` is present."""
+        stmt = self._stmt(("kh",), lambda: sa.select(sa.exists().where(self._where_key())))
+        return bool(await self._run(False, lambda u: _scalar(u, stmt, {"k": str(key)})))
+
+    @tracked("get")
+    async def get(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
+        """Value of ``key`` or ``default``."""
+        t = self._table
+        stmt = self._stmt(("kg",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
+        rows = await self._run(False, lambda u: u.fetch(stmt, {"k": str(key)}))
+        return default if not rows else self._decode(rows[0])
+
+    @tracked("set")
+    async def set(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` (upsert)."""
+        stmt = self._set_stmt()
+        await self._run(True, lambda u: u.execute(stmt, self._encode(key, value)))
+
+    async def _numeric_update(self, key: str, amount: Any, op: str) -> Any:
+        ensure_numeric(amount, description="amount" if op == "inc" else "value")
+        t = self._table
+        if isinstance(amount, int):
+            pg = self._backend.dialect == "postgresql"
+
+            def build() -> Any:
+                ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
+                if op == "inc":
+                    new = t.c.num + ins.excluded.num
+                else:
+                    new = (sa.func.greatest if pg else sa.func.max)(t.c.num, ins.excluded.num)
+                return ins.on_conflict_do_update(
+                    index_elements=["key"], set_={"num": new}, where=t.c.num.is_not(None)
+                ).returning(t.c.num)
+
+            fast = self._stmt(("kf", op), build)
+            rows = await self._run(True, lambda u: u.fetch(fast, {"k": str(key), "n": amount}))
+            if rows:
+                return int(rows[0][0])
+        select = self._stmt(("kg",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
+        select_locked = self._stmt(
+            ("kgl",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()).with_for_update()
+        )
+        set_stmt = self._set_stmt()
+
+        async def slow(unit: Unit) -> Any:
+            rows = await unit.fetch(select_locked if unit.for_update else select, {"k": str(key)})
+            if not rows:
+                new_value = amount
+            else:
+                current = ensure_numeric(self._decode(rows[0]), description="existing value")
+                new_value = current + amount if op == "inc" else max(current, amount)
+            await unit.execute(set_stmt, self._encode(key, new_value))
+            return new_value
+
+        if self._unit is not None:
+            return await slow(self._unit)
+        async with self._backend._unit_scope(write=True, snapshot=False, commit=True) as own:
+            return await slow(own)
+
+    @tracked("inc")
+    async def inc(self, key: str, amount: Any) -> Any:
+        """Add ``amount`` atomically (missing key -> ``amount``); returns the new value."""
+        return await self._numeric_update(key, amount, "inc")
+
+    @tracked("chmax")
+    async def chmax(self, key: str, value: Any) -> Any:
+        """Store ``max(existing, value)`` atomically (missing key -> ``value``); returns the stored value."""
+        return await self._numeric_update(key, value, "chmax")
+
+    @tracked("pop")
+    async def pop(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
+        """Remove ``key`` and return its value, or ``default``."""
+        t = self._table
+        stmt = self._stmt(("kp",), lambda: sa.delete(t).where(self._where_key()).returning(t.c.num, t.c.value))
+        rows = await self._run(True, lambda u: u.fetch(stmt, {"k": str(key)}))
+        return default if not rows else self._decode(rows[0])
+
+    @tracked("size")
+    async def size(self) -> int:
+        """Number of keys."""
+        stmt = self._stmt(("kn",), lambda: sa.select(sa.func.count()).select_from(self._table))
+        return int(await self._run(False, lambda u: _scalar(u, stmt, {})))
+
+
+async def _scalar(unit: Unit, stmt: Any, values: Dict[str, Any]) -> Any:
+    rows = await unit.fetch(stmt, values)
+    return rows[0][0] if rows else None
+
+
+async def _column(unit: Unit, stmt: Any, values: Dict[str, Any]) -> List[Any]:
+    return [r[0] for r in await unit.fetch(stmt, values)]
