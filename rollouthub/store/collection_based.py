@@ -62,6 +62,7 @@ from rollouthub.utils.metrics import MetricsBackend
 
 from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset, is_finished
 from .collection.base import (
+    DuplicatedPrimaryKeyError,
     LightningCollections,
     _current_private_method,
     _current_public_method,
@@ -335,11 +336,10 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         async def persist(c: Any) -> None:
             await c.attempts.insert([attempt])
             await c.rollouts.insert([rollout])
+            await self._unlocked_sync_workers_with_attempts(c, [attempt])
 
-        await self._commit(persist, "rollouts", "attempts")
+        await self._commit(persist, "rollouts", "attempts", "workers")
         await self._post_update_rollout([(rollout, _ALL_ROLLOUT_FIELDS)])
-        if worker_id is not None:
-            await self._sync_workers_with_attempts([attempt])
         return _attach(rollout, attempt)
 
     @tracked("enqueue_rollout")
@@ -409,27 +409,39 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         return await self._dequeue(limit, worker_id)
 
     async def _dequeue(self, limit: int, worker_id: Optional[str]) -> List[AttemptedRollout]:
+        """Pop-and-claim units until ``limit`` rollouts are claimed or the queue is empty.
+
+        The worker is synced inside the unit that claims (with its last claimed attempt), or marked idle inside
+        the unit that finds the queue empty when nothing was claimed at all.
+        """
+        if limit <= 0:
+            if worker_id is not None:
+                await self._dequeue_mark_worker_idle(worker_id)
+            return []
         claimed: List[AttemptedRollout] = []
         while len(claimed) < limit:
             want = limit - len(claimed)
+            nothing_yet = not claimed
 
-            async def pop_and_claim(c: Any, want: int = want) -> Tuple[bool, List[AttemptedRollout]]:
+            async def pop_and_claim(
+                c: Any, want: int = want, nothing_yet: bool = nothing_yet
+            ) -> Tuple[bool, List[AttemptedRollout]]:
                 ids = await c.rollout_queue.dequeue(want)
                 if not ids:
+                    if worker_id is not None and nothing_yet:
+                        await self._unlocked_dequeue_mark_worker_idle(c, worker_id)
                     return False, []
-                return True, await self._post_dequeue_rollouts(c, ids, worker_id)
+                batch = await self._post_dequeue_rollouts(c, ids, worker_id)
+                if batch:
+                    await self._unlocked_sync_workers_with_attempts(c, [batch[-1].attempt], dequeue=True)
+                return True, batch
 
-            popped, batch = await self._commit(pop_and_claim, "rollout_queue", "rollouts", "attempts")
+            popped, batch = await self._commit(pop_and_claim, "rollout_queue", "rollouts", "attempts", "workers")
             if not popped:
                 break
             if batch:
                 await self._post_update_rollout([(r, ("status",)) for r in batch])
                 claimed.extend(batch)
-        if worker_id is not None:
-            if claimed:
-                await self._sync_workers_with_attempts([claimed[-1].attempt], dequeue=True)
-            else:
-                await self._dequeue_mark_worker_idle(worker_id)
         return claimed
 
     @tracked("_post_dequeue_rollouts")
@@ -488,12 +500,11 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             await c.attempts.insert([attempt])
             updated = rollout.model_copy(update={"status": "preparing"})
             await c.rollouts.update([updated], update_fields=["status"])
+            await self._unlocked_sync_workers_with_attempts(c, [attempt])
             return _attach(updated, attempt)
 
-        result: AttemptedRollout = await self._commit(create, "rollouts", "attempts")
+        result: AttemptedRollout = await self._commit(create, "rollouts", "attempts", "workers")
         await self._post_update_rollout([(result, ("status",))])
-        if worker_id is not None:
-            await self._sync_workers_with_attempts([result.attempt])
         return result
 
     # ----------------------------------------------------------------------------------------------------------
@@ -721,13 +732,6 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         async with self.collections.atomic(mode="rw", snapshot=False, labels=["span_sequence_ids"]) as c:
             await c.span_sequence_ids.chmax(rollout_id, sequence_id)
 
-    async def _validate_rollout_and_attempt(self, rollout_id: str, attempt_id: str) -> None:
-        async with self._read("rollouts", "attempts") as c:
-            if await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}}) is None:
-                raise ValueError(f"Rollout {rollout_id} not found")
-            if await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id)) is None:
-                raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
-
     @tracked("add_span")
     async def add_span(self, span: Span) -> Span | None:
         """Insert a span; ``None`` (logged) for a duplicate ``(rollout_id, attempt_id, span_id)``."""
@@ -768,23 +772,35 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
     @tracked("_add_many_spans_helper")
     async def _add_many_spans_helper(self, rollout_id: str, attempt_id: str, spans: List[Span]) -> List[Span]:
-        await self._validate_rollout_and_attempt(rollout_id, attempt_id)
-        inserted = await self._insert_spans_with_fallback(spans)
+        """Validate, insert and heartbeat in ONE unit; on a duplicate, fall back to one-by-one inserts."""
+
+        async def insert_and_beat(c: Any) -> Optional[Rollout]:
+            await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
+            await c.spans.insert(spans)  # all-or-nothing: a duplicate aborts the unit before any write
+            return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id)
+
+        try:
+            promoted = await self._commit(insert_and_beat, "rollouts", "attempts", "spans")
+            inserted = spans
+        except DuplicatedPrimaryKeyError:
+            inserted = await self._insert_spans_with_fallback(spans)
+            promoted = await self._on_attempt_heartbeat(rollout_id, attempt_id) if inserted else None
+        if promoted is not None:
+            await self._post_update_rollout([(promoted, ("status",))])
         if inserted:
             await self._post_add_spans(inserted, rollout_id, attempt_id)
         return inserted
 
+    async def _unlocked_validate_rollout_and_attempt(self, c: Any, rollout_id: str, attempt_id: str) -> None:
+        """Inside a unit: raise ``ValueError`` when the rollout or the attempt does not exist."""
+        if await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}}) is None:
+            raise ValueError(f"Rollout {rollout_id} not found")
+        if await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id)) is None:
+            raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
+
     @tracked("_insert_spans_with_fallback")
     async def _insert_spans_with_fallback(self, spans: List[Span]) -> List[Span]:
-        """Bulk insert; on a duplicate, insert one by one and skip (log) the duplicates."""
-        from .collection.base import DuplicatedPrimaryKeyError
-
-        try:
-            async with self.collections.atomic(mode="w", labels=["spans"]) as c:
-                await c.spans.insert(spans)
-            return spans
-        except DuplicatedPrimaryKeyError:
-            pass
+        """Insert spans one by one, skipping (and logging) duplicates; returns the newly stored ones."""
         inserted: List[Span] = []
         for span in spans:
             try:
@@ -802,36 +818,38 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
     @tracked("_post_add_spans")
     async def _post_add_spans(self, spans: Sequence[Span], rollout_id: str, attempt_id: str) -> None:
-        """After spans were stored for an attempt: the heartbeat (subclasses add backend work)."""
-        await self._on_attempt_heartbeat(rollout_id, attempt_id)
+        """After spans were stored (and the heartbeat written): backend work such as memory accounting."""
 
     @tracked("_on_attempt_heartbeat")
-    async def _on_attempt_heartbeat(self, rollout_id: str, attempt_id: str) -> None:
-        """A span is a heartbeat: refresh the attempt, revive it, and promote the rollout to ``running``."""
+    async def _on_attempt_heartbeat(self, rollout_id: str, attempt_id: str) -> Optional[Rollout]:
+        """The heartbeat in a unit of its own; returns the rollout when it was promoted to ``running``."""
 
         async def beat(c: Any) -> Optional[Rollout]:
-            attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
-            if attempt is None:
-                return None
-            rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
-            if rollout is None:
-                return None
-            updated = attempt.model_copy(
-                update={"last_heartbeat_time": time.time(), "status": heartbeat_attempt_status(attempt.status)}
-            )
-            await c.attempts.update([updated], update_fields=["last_heartbeat_time", "status"])
-            if not heartbeat_promotes_rollout(rollout.status):
-                return None
-            latest = await self._unlocked_get_latest_attempt(c, rollout_id)
-            if latest is None or latest.attempt_id != attempt_id:
-                return None
-            promoted = rollout.model_copy(update={"status": "running"})
-            await c.rollouts.update([promoted], update_fields=["status"])
-            return promoted
+            return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id)
 
-        promoted = await self._commit(beat, "rollouts", "attempts")
-        if promoted is not None:
-            await self._post_update_rollout([(promoted, ("status",))])
+        return cast(Optional[Rollout], await self._commit(beat, "rollouts", "attempts"))
+
+    async def _unlocked_on_attempt_heartbeat(self, c: Any, rollout_id: str, attempt_id: str) -> Optional[Rollout]:
+        """Inside a unit: a span is a heartbeat -- refresh and revive the attempt (only ``last_heartbeat_time`` and
+        ``status`` are written) and promote the rollout to ``running`` when this is its latest attempt."""
+        attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
+        if attempt is None:
+            return None
+        rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+        if rollout is None:
+            return None
+        updated = attempt.model_copy(
+            update={"last_heartbeat_time": time.time(), "status": heartbeat_attempt_status(attempt.status)}
+        )
+        await c.attempts.update([updated], update_fields=["last_heartbeat_time", "status"])
+        if not heartbeat_promotes_rollout(rollout.status):
+            return None
+        latest = await self._unlocked_get_latest_attempt(c, rollout_id)
+        if latest is None or latest.attempt_id != attempt_id:
+            return None
+        promoted = rollout.model_copy(update={"status": "running"})
+        await c.rollouts.update([promoted], update_fields=["status"])
+        return promoted
 
     @tracked("query_spans")
     @healthcheck_before
@@ -964,14 +982,17 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             if not isinstance(value, Unset):
                 updates[field] = value
 
-        async def apply(c: Any) -> Tuple[Attempt, Optional[Rollout]]:
-            return await self._unlocked_update_attempt_and_rollout(c, rollout_id, attempt_id, updates)
+        sync_worker = bool(isinstance(worker_id, str) and worker_id) or not isinstance(status, Unset)
 
-        attempt, changed = await self._commit(apply, "rollouts", "attempts", "rollout_queue")
+        async def apply(c: Any) -> Tuple[Attempt, Optional[Rollout]]:
+            attempt, changed = await self._unlocked_update_attempt_and_rollout(c, rollout_id, attempt_id, updates)
+            if sync_worker:
+                await self._unlocked_sync_workers_with_attempts(c, [attempt])
+            return attempt, changed
+
+        attempt, changed = await self._commit(apply, "rollouts", "attempts", "rollout_queue", "workers")
         if changed is not None:
             await self._post_update_rollout([(changed, ("status", "end_time"))])
-        if (isinstance(worker_id, str) and worker_id) or (not isinstance(status, Unset) and attempt.worker_id):
-            await self._sync_workers_with_attempts([attempt])
         return attempt
 
     @tracked("_unlocked_update_attempt_and_rollout")
@@ -1146,28 +1167,36 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             stored = await c.workers.upsert([Worker(worker_id=worker_id, **fields)], update_fields=list(fields))
         return cast(Worker, stored[0])
 
-    @tracked("_sync_workers_with_attempts")
-    async def _sync_workers_with_attempts(self, attempts: Sequence[Attempt], dequeue: bool = False) -> None:
-        """Derive each attempt's worker status (busy/idle/unknown) and write it."""
+    @tracked("_unlocked_sync_worker_with_attempt")
+    async def _unlocked_sync_workers_with_attempts(
+        self, c: Any, attempts: Sequence[Attempt], dequeue: bool = False
+    ) -> None:
+        """Inside a unit: derive each attempt's worker status (busy/idle/unknown) and write only those fields."""
         now = time.time()
-        writes: List[Tuple[Worker, List[str]]] = []
         for attempt in attempts:
             if not attempt.worker_id:
                 continue
             values = worker_fields_for_attempt(attempt, now, dequeue)
-            writes.append((Worker(worker_id=attempt.worker_id, **values), list(values)))
-        if not writes:
+            await c.workers.upsert([Worker(worker_id=attempt.worker_id, **values)], update_fields=list(values))
+
+    @tracked("_sync_workers_with_attempts")
+    async def _sync_workers_with_attempts(self, attempts: Sequence[Attempt], dequeue: bool = False) -> None:
+        """Sync the workers of these attempts in a unit of their own (used by the watchdog)."""
+        if not any(attempt.worker_id for attempt in attempts):
             return
         async with self.collections.atomic(mode="w", labels=["workers"]) as c:
-            for worker, fields in writes:
-                await c.workers.upsert([worker], update_fields=fields)
+            await self._unlocked_sync_workers_with_attempts(c, attempts, dequeue)
+
+    async def _unlocked_dequeue_mark_worker_idle(self, c: Any, worker_id: str) -> None:
+        """Inside a unit: the empty-dequeue rule of the worker status machine."""
+        existing = await c.workers.get(filter={"worker_id": {"exact": worker_id}})
+        values = worker_fields_for_empty_dequeue(existing, time.time())
+        await c.workers.upsert([Worker(worker_id=worker_id, **values)], update_fields=list(values))
 
     @tracked("_dequeue_mark_worker_idle")
     async def _dequeue_mark_worker_idle(self, worker_id: str) -> None:
         async with self.collections.atomic(mode="rw", labels=["workers"]) as c:
-            existing = await c.workers.get(filter={"worker_id": {"exact": worker_id}})
-            values = worker_fields_for_empty_dequeue(existing, time.time())
-            await c.workers.upsert([Worker(worker_id=worker_id, **values)], update_fields=list(values))
+            await self._unlocked_dequeue_mark_worker_idle(c, worker_id)
 
     # ----------------------------------------------------------------------------------------------------------
     # Watchdog
