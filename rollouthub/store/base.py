@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
+    "LIGHTNING_STORE_METHODS",
     "UNSET",
     "Unset",
     "LightningStore",
@@ -37,6 +38,39 @@ __all__ = [
     "is_running",
     "is_finished",
 ]
+
+
+LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
+    "statistics",
+    "start_rollout",
+    "enqueue_rollout",
+    "enqueue_many_rollouts",
+    "dequeue_rollout",
+    "dequeue_many_rollouts",
+    "start_attempt",
+    "query_rollouts",
+    "query_attempts",
+    "get_rollout_by_id",
+    "get_latest_attempt",
+    "query_resources",
+    "add_resources",
+    "update_resources",
+    "get_resources_by_id",
+    "get_latest_resources",
+    "add_span",
+    "add_many_spans",
+    "add_otel_span",
+    "get_next_span_sequence_id",
+    "get_many_span_sequence_ids",
+    "wait_for_rollouts",
+    "query_spans",
+    "update_rollout",
+    "update_attempt",
+    "query_workers",
+    "get_worker_by_id",
+    "update_worker",
+)
+"""Names of the async methods of the store contract (the wrappers delegate exactly these)."""
 
 
 class _UnsetType:

@@ -29,7 +29,7 @@ from rollouthub.types import (
 from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
-from .base import LightningStore, LightningStoreCapabilities
+from .base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities
 from .client import LightningStoreClient
 
 __all__ = [
@@ -212,35 +212,7 @@ class UpdateWorkerRequest(BaseModel):
 # The server
 # ---------------------------------------------------------------------------------------------------------------------
 
-_DELEGATED_METHODS = (
-    "statistics",
-    "start_rollout",
-    "enqueue_rollout",
-    "enqueue_many_rollouts",
-    "dequeue_rollout",
-    "dequeue_many_rollouts",
-    "start_attempt",
-    "query_rollouts",
-    "query_attempts",
-    "get_rollout_by_id",
-    "get_latest_attempt",
-    "query_resources",
-    "add_resources",
-    "update_resources",
-    "get_resources_by_id",
-    "get_latest_resources",
-    "add_span",
-    "add_many_spans",
-    "get_next_span_sequence_id",
-    "get_many_span_sequence_ids",
-    "wait_for_rollouts",
-    "query_spans",
-    "update_rollout",
-    "update_attempt",
-    "query_workers",
-    "get_worker_by_id",
-    "update_worker",
-)
+_DELEGATED_METHODS = tuple(name for name in LIGHTNING_STORE_METHODS if name != "add_otel_span")
 
 
 def _normalize_cors_origins(origins: Union[Sequence[str], str, None]) -> Optional[List[str]]:

@@ -60,7 +60,15 @@ from rollouthub.types import (
 from rollouthub.utils.id import generate_id
 from rollouthub.utils.metrics import MetricsBackend
 
-from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset, is_finished
+from .base import (
+    LIGHTNING_STORE_METHODS,
+    UNSET,
+    LightningStore,
+    LightningStoreCapabilities,
+    LightningStoreStatistics,
+    Unset,
+    is_finished,
+)
 from .collection.base import (
     DuplicatedPrimaryKeyError,
     LightningCollections,
@@ -97,39 +105,7 @@ logger = logging.getLogger(__name__)
 T_collections = TypeVar("T_collections", bound=LightningCollections)
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
-COLLECTION_STORE_PUBLIC_METHODS: frozenset[str] = frozenset(
-    {
-        "statistics",
-        "start_rollout",
-        "enqueue_rollout",
-        "enqueue_many_rollouts",
-        "dequeue_rollout",
-        "dequeue_many_rollouts",
-        "start_attempt",
-        "query_rollouts",
-        "query_attempts",
-        "get_rollout_by_id",
-        "get_latest_attempt",
-        "query_resources",
-        "add_resources",
-        "update_resources",
-        "get_resources_by_id",
-        "get_latest_resources",
-        "add_span",
-        "add_many_spans",
-        "add_otel_span",
-        "get_next_span_sequence_id",
-        "get_many_span_sequence_ids",
-        "wait_for_rollouts",
-        "query_spans",
-        "update_rollout",
-        "update_attempt",
-        "query_workers",
-        "get_worker_by_id",
-        "update_worker",
-        "_scan_for_unhealthy_rollouts",
-    }
-)
+COLLECTION_STORE_PUBLIC_METHODS: frozenset[str] = frozenset(LIGHTNING_STORE_METHODS) | {"_scan_for_unhealthy_rollouts"}
 """Method names recorded as the ``store_pubmeth`` metric label."""
 
 UpdatedRollouts = List[Tuple[Rollout, Sequence[str]]]

@@ -6,41 +6,13 @@ import functools
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
-from .base import LightningStore, LightningStoreCapabilities
+from .base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities
 
 __all__ = ["LightningStoreThreaded"]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
-_LOCKED_METHODS = (
-    "statistics",
-    "start_rollout",
-    "enqueue_rollout",
-    "enqueue_many_rollouts",
-    "dequeue_rollout",
-    "dequeue_many_rollouts",
-    "start_attempt",
-    "query_rollouts",
-    "query_attempts",
-    "get_rollout_by_id",
-    "get_latest_attempt",
-    "query_resources",
-    "add_resources",
-    "update_resources",
-    "get_resources_by_id",
-    "get_latest_resources",
-    "add_many_spans",
-    "add_span",
-    "add_otel_span",
-    "get_next_span_sequence_id",
-    "get_many_span_sequence_ids",
-    "query_spans",
-    "update_rollout",
-    "update_attempt",
-    "query_workers",
-    "get_worker_by_id",
-    "update_worker",
-)
+_LOCKED_METHODS = tuple(name for name in LIGHTNING_STORE_METHODS if name != "wait_for_rollouts")
 
 
 def _locked(name: str) -> Callable[..., Awaitable[Any]]:
