@@ -1,0 +1,169 @@
+"""Quick developer algorithms: :class:`FastAlgorithm` and the smoke-test :class:`Baseline` (runtime.md 10.4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import datetime
+from typing import Any, List, Literal, Optional
+
+from rollouthub.store.base import LightningStore
+from rollouthub.types import RolloutMode
+
+from .base import Algorithm, Dataset
+from .utils import with_llm_proxy, with_store
+
+__all__ = ["FastAlgorithm", "Baseline"]
+
+logger = logging.getLogger(__name__)
+
+_TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class FastAlgorithm(Algorithm):
+    """Marker base for quick developer algorithms; :meth:`Trainer.dev` requires one."""
+
+
+def _iso(ts: Optional[float]) -> str:
+    return datetime.fromtimestamp(ts).isoformat() if ts is not None else "?"
+
+
+class Baseline(FastAlgorithm):
+    """Smoke-test algorithm: enqueue every sample, wait for each rollout and log what came back.
+
+    Args:
+        n_epochs: passes over the concatenated train + validation samples.
+        train_split: must be strictly between 0 and 1 (kept for compatibility; otherwise unused).
+        polling_interval: seconds between queue-length and rollout-status polls.
+        max_queue_length: enqueue only while at most this many rollouts are queuing/requeuing.
+        span_verbosity: ``"keys"`` (attribute keys), ``"key_values"`` (full attributes) or ``"none"``.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_epochs: int = 1,
+        train_split: float = 0.5,
+        polling_interval: float = 5.0,
+        max_queue_length: int = 4,
+        span_verbosity: Literal["keys", "key_values", "none"] = "keys",
+    ) -> None:
+        if not 0.0 < train_split < 1.0:
+            raise ValueError("train_split must be between 0 and 1.")
+        if span_verbosity not in ("keys", "key_values", "none"):
+            raise ValueError("span_verbosity must be one of 'keys', 'key_values' or 'none'.")
+        self.n_epochs = n_epochs
+        self.train_split = train_split
+        self.polling_interval = polling_interval
+        self.max_queue_length = max_queue_length
+        self.span_verbosity = span_verbosity
+
+    @with_llm_proxy()
+    @with_store
+    async def run(  # type: ignore[override]
+        self,
+        store: LightningStore,
+        llm_proxy: Optional[Any],
+        train_dataset: Optional[Dataset[Any]] = None,
+        val_dataset: Optional[Dataset[Any]] = None,
+    ) -> None:
+        """Enqueue train then validation samples for ``n_epochs`` epochs and log every finished rollout."""
+        train_len = len(train_dataset) if train_dataset is not None else 0
+        val_len = len(val_dataset) if val_dataset is not None else 0
+        if train_len == 0 and val_len == 0:
+            logger.error("Baseline received neither a train nor a validation dataset; nothing to do.")
+            return
+        samples: List[Any] = [train_dataset[i] for i in range(train_len)] if train_dataset is not None else []
+        if val_dataset is not None:
+            samples.extend(val_dataset[i] for i in range(val_len))
+
+        initial = self.get_initial_resources()
+        resources_id: Optional[str]
+        if initial is not None:
+            await store.update_resources("default", initial)
+            resources_id = "default"
+        else:
+            logger.warning("No initial resources provided; rollouts will use the latest resources in the store.")
+            resources_id = None
+
+        for epoch in range(self.n_epochs):
+            harvest: List[asyncio.Task[None]] = []
+            for index, sample in enumerate(samples):
+                while True:
+                    queued = await store.query_rollouts(status_in=["queuing", "requeuing"])
+                    if len(queued) <= self.max_queue_length:
+                        break
+                    await asyncio.sleep(self.polling_interval)
+                mode: RolloutMode = "train" if index < train_len else "val"
+                rollout = await store.enqueue_rollout(input=sample, mode=mode, resources_id=resources_id)
+                logger.info(
+                    "[Epoch %d | Sample %d] Enqueued rollout %s (mode %s).", epoch, index, rollout.rollout_id, mode
+                )
+                harvest.append(asyncio.create_task(self._harvest(store, rollout.rollout_id)))
+            await asyncio.gather(*harvest)
+            logger.info("Epoch %d finished: %d rollouts harvested.", epoch, len(harvest))
+
+    async def _harvest(self, store: LightningStore, rollout_id: str) -> None:
+        """Poll one rollout until it is terminal, then log its attempts, spans and adapted data."""
+        start = time.time()
+        last_status: Optional[str] = None
+        while True:
+            rollout = await store.get_rollout_by_id(rollout_id)
+            if rollout is not None:
+                if rollout.status != last_status:
+                    logger.info("[Rollout %s] Status changed to %s.", rollout_id, rollout.status)
+                    last_status = rollout.status
+                if rollout.status in _TERMINAL:
+                    break
+            await asyncio.sleep(self.polling_interval)
+        logger.info(
+            "[Rollout %s] Finished with status %s in %.2f seconds.", rollout_id, last_status, time.time() - start
+        )
+        attempts = await store.query_attempts(rollout_id)
+        for attempt in attempts:
+            logger.info(
+                "[Rollout %s | Attempt %s] #%d status=%s worker=%s",
+                rollout_id,
+                attempt.attempt_id,
+                attempt.sequence_id,
+                attempt.status,
+                attempt.worker_id,
+            )
+            if self.span_verbosity == "none":
+                continue
+            spans = await store.query_spans(rollout_id, attempt_id=attempt.attempt_id)
+            for span in spans:
+                elapsed = (
+                    span.end_time - span.start_time
+                    if span.end_time is not None and span.start_time is not None
+                    else 0.0
+                )
+                if self.span_verbosity == "keys":
+                    detail = f"Attribute keys: {list(span.attributes.keys())}"
+                else:
+                    detail = f"Attributes: {json.dumps(span.attributes, default=str)}"
+                logger.info(
+                    "[Rollout %s | Attempt %s | Span %s] #%d (%s) From %s to %s, %.3f seconds. %s",
+                    rollout_id,
+                    attempt.attempt_id,
+                    span.span_id,
+                    span.sequence_id,
+                    span.name,
+                    _iso(span.start_time),
+                    _iso(span.end_time),
+                    elapsed,
+                    detail,
+                )
+        try:
+            adapter = self.get_adapter()
+        except ValueError:
+            return
+        spans = await store.query_spans(rollout_id, attempt_id="latest")
+        try:
+            adapted = adapter.adapt(spans)
+        except Exception:
+            logger.exception("[Rollout %s] The adapter failed on the rollout's spans.", rollout_id)
+            return
+        logger.info("[Rollout %s] Adapted data: %s", rollout_id, adapted)

@@ -1,0 +1,106 @@
+"""Helpers shared by algorithms (runtime.md 10.2): dataset batching and store / LLM-proxy injection."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from typing import Any, Awaitable, Callable, Iterator, List, Optional, TypeVar
+
+from .base import Dataset
+
+__all__ = ["batch_iter_over_dataset", "with_store", "with_llm_proxy"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def batch_iter_over_dataset(dataset: Dataset[T], batch_size: int) -> Iterator[List[T]]:
+    """Yield batches of ``batch_size`` samples forever.
+
+    If ``batch_size >= len(dataset)`` every batch is a freshly shuffled full copy. Otherwise indices are shuffled
+    once per pass; an incomplete tail is carried over into the next pass, never repeating an index inside one
+    batch.
+    """
+    n = len(dataset)
+    if n == 0:
+        raise ValueError("Cannot iterate over an empty dataset.")
+    if batch_size <= 0:
+        raise ValueError("batch_size must be positive.")
+    if batch_size >= n:
+        while True:
+            items = [dataset[i] for i in range(n)]
+            random.shuffle(items)
+            yield items
+    carry: List[int] = []
+    while True:
+        order = list(range(n))
+        random.shuffle(order)
+        # Carried-over indices go last: since len(dataset) > batch_size, the batch that completes the carry is
+        # filled with other indices only, so no index repeats inside one batch.
+        in_carry = set(carry)
+        order = [i for i in order if i not in in_carry] + [i for i in order if i in in_carry]
+        pending = carry + order
+        carry = []
+        while len(pending) >= batch_size:
+            batch, pending = pending[:batch_size], pending[batch_size:]
+            yield [dataset[i] for i in batch]
+        carry = pending
+
+
+def with_store(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Decorate ``async def method(self, store, *args, **kwargs)`` so callers omit ``store``.
+
+    The wrapper has signature ``(self, *args, **kwargs)`` and injects ``self.get_store()``.
+    """
+
+    @functools.wraps(func)
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
+        return await func(self, self.get_store(), *args, **kwargs)
+
+    return wrapper
+
+
+def with_llm_proxy(
+    required: bool = False, auto_start: bool = True
+) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Decorate ``async def method(self, llm_proxy, *args, **kwargs)`` to inject ``self.get_llm_proxy()``.
+
+    Args:
+        required: raise ``ValueError`` when no proxy is configured (otherwise ``None`` is injected).
+        auto_start: start a proxy that is not running before the call and stop it afterwards (only if this
+            wrapper started it).
+    """
+
+    def decorator(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        @functools.wraps(func)
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
+            proxy: Optional[Any] = self.get_llm_proxy()
+            if proxy is None and required:
+                raise ValueError("An LLM proxy is required but none is configured for this algorithm.")
+            started = False
+            if proxy is not None and auto_start:
+                running = proxy.is_running() if hasattr(proxy, "is_running") else False
+                if not running:
+                    logger.info("Starting the LLM proxy before running the algorithm.")
+                    result = proxy.start()
+                    if hasattr(result, "__await__"):
+                        await result
+                    started = True
+            try:
+                return await func(self, proxy, *args, **kwargs)
+            finally:
+                if started and proxy is not None:
+                    logger.info("Stopping the LLM proxy started for the algorithm.")
+                    try:
+                        result = proxy.stop()
+                        if hasattr(result, "__await__"):
+                            await result
+                    except Exception:
+                        logger.exception("Failed to stop the LLM proxy.")
+
+        return wrapper
+
+    return decorator

@@ -1,0 +1,14 @@
+"""Aliases of the execution strategies accepted by the Trainer (runtime.md 11.2)."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+__all__ = ["ExecutionStrategyRegistry"]
+
+ExecutionStrategyRegistry: Dict[str, str] = {
+    "shm": "rollouthub.execution.shared_memory.SharedMemoryExecutionStrategy",
+    "cs": "rollouthub.execution.client_server.ClientServerExecutionStrategy",
+    # "ipc" is reserved for InterProcessExecutionStrategy (placeholder, not registered).
+}
+"""Alias -> import path of the strategy class."""

@@ -1,0 +1,97 @@
+"""Scenario B (runtime.md 18.2): a custom ``@algo`` through the Trainer, with both strategies, and apo_debug."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from typing import Any, Iterator
+
+import pytest
+
+from rollouthub.emitter import find_final_reward
+from rollouthub.testing import MockOpenAIServer
+
+from .conftest import EXAMPLES_DIR, load_example
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture()
+def example() -> Any:
+    return load_example("apo_custom_algorithm_trainer")
+
+
+@pytest.fixture()
+def mock_llm(example: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
+    with MockOpenAIServer(reply=example.mock_reply) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+        yield server
+
+
+async def _check_store(store: Any, example: Any) -> None:
+    rollouts = list(await store.query_rollouts())
+    assert len(rollouts) == 3
+    assert {r.status for r in rollouts} == {"succeeded"}
+    rewards = [find_final_reward(list(await store.query_spans(r.rollout_id))) for r in rollouts]
+    assert sorted(rewards) == [0.5, 0.7, 0.9]
+    workers = list(await store.query_workers())
+    assert [w.worker_id for w in workers] == ["Worker-0"]
+    assert "cpu_usage_pct" in (workers[0].heartbeat_stats or {})
+
+
+@pytest.mark.parametrize("strategy", ["cs", "shm"])
+def test_scenario_b(strategy: str, example: Any, mock_llm: MockOpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="apo_custom_algorithm_trainer"):
+        trainer = example.run(strategy)
+    assert "Best prompt found: 'You are a knowledgeable AI. {any_question}' with reward 0.9" in caplog.text
+    asyncio.run(_check_store(trainer.store, example))
+    # Every agent call went to the mock: an answer and a judge call per rollout.
+    assert sum(1 for r in mock_llm.requests if r["path"].endswith("/chat/completions")) == 6
+
+
+def test_scenario_b_script_exits_zero() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "AGL_SERVER_PORT")}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES_DIR, "apo_custom_algorithm_trainer.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Best prompt found: 'You are a knowledgeable AI. {any_question}' with reward 0.9" in proc.stderr
+
+
+# -- apo_debug.py ------------------------------------------------------------------------------------------------------
+
+
+def test_debug_runner_mode(mock_llm: MockOpenAIServer) -> None:
+    debug = load_example("apo_debug")
+    result, store = asyncio.run(debug.debug_with_runner())
+    assert result.status == "succeeded"
+    spans = list(asyncio.run(store.query_spans(result.rollout_id)))
+    reward_spans = [s for s in spans if s.name == "agentlightning.annotation"]
+    assert len(reward_spans) == 1 and find_final_reward(spans) == 0.7
+
+
+def test_debug_hook_mode(mock_llm: MockOpenAIServer) -> None:
+    debug = load_example("apo_debug")
+    hook = debug.DebugHook()
+    result, _ = asyncio.run(debug.debug_with_runner([hook]))
+    assert result.status == "succeeded"
+    # on_trace_end runs before the runner writes the reward span.
+    assert all(getattr(s, "name", "") != "agentlightning.annotation" for s in hook.seen)
+
+
+def test_debug_trainer_mode(mock_llm: MockOpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
+    debug = load_example("apo_debug")
+    with caplog.at_level(logging.INFO, logger="rollouthub.algorithm.fast"):
+        trainer = debug.debug_with_trainer()
+    rollouts = list(asyncio.run(trainer.store.query_rollouts()))
+    assert len(rollouts) == 2
+    assert {(r.mode, r.status) for r in rollouts} == {("train", "succeeded")}
+    assert "Attribute keys" in caplog.text and "Adapted data" in caplog.text
