@@ -200,7 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from rollouthub.env_var import resolve_api_token
     from rollouthub.store.client_server import LightningStoreServer
-    from rollouthub.utils.server_launcher import PythonServerLauncherArgs
+    from rollouthub.utils.server_launcher import PythonServerLauncherArgs, run_event_loop
 
     tracker = _build_tracker(args.tracker, args.n_workers)
     try:
@@ -231,6 +231,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     label = "memory (InMemoryLightningStore)" if backend == "memory" else getattr(store, "database_url", backend)
     try:
-        return asyncio.run(_serve(server, str(label)))
+        return run_event_loop(_serve(server, str(label)))
     except KeyboardInterrupt:
         return 0

@@ -266,7 +266,7 @@ class BodyLimitMiddleware:
 class FastPathMiddleware:
     """Serve the hottest routes without FastAPI's routing and dependency machinery (same semantics).
 
-    Handled here: ``GET /v1/agl/health``, ``POST /v1/agl/workers/{id}``, ``POST /v1/agl/queues/rollouts/dequeue``,
+    Handled here: ``POST /v1/traces`` (OTLP), ``GET /v1/agl/health``, ``POST /v1/agl/workers/{id}``, ``POST /v1/agl/queues/rollouts/dequeue``,
     ``POST /v1/agl/rollouts``, ``POST /v1/agl/spans`` and ``POST /v1/agl/rollouts/{rid}/attempts/{aid}``. The body is
     validated once, straight from JSON, into the same request models; anything unusual (non-JSON content type, empty
     or ``null`` body where one is required, a validation error) is replayed unchanged through the FastAPI app, so error
@@ -326,6 +326,14 @@ class FastPathMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope["path"] == "/v1/traces" and scope["method"] == "POST":
+            # OTLP export: the handler reads the raw body itself, so FastAPI's routing adds nothing but CPU.
+            request = Request(scope, receive)
+            response = await handle_otlp_export(
+                request, self.server.add_many_spans, self.server.get_many_span_sequence_ids
+            )
+            await response(scope, receive, send)
             return
         route = self._classify(scope["method"], scope["path"])
         if route is None:
@@ -465,7 +473,8 @@ def build_app(server: LightningStoreServer) -> FastAPI:
     from .server_routes import build_router
 
     app = FastAPI(title="LightningStore Server", docs_url="/docs", redoc_url=None)
-    app.include_router(build_router(server), prefix=_AGL_PREFIX)
+    # Register the routes on the app's own router (FastAPI's include_router adds per-request routing overhead).
+    app.router.routes.extend(build_router(server, prefix=_AGL_PREFIX).routes)
 
     async def otlp_traces(request: Request) -> Response:
         return await handle_otlp_export(request, server.add_many_spans, server.get_many_span_sequence_ids)

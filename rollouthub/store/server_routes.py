@@ -186,9 +186,9 @@ def _raw(body: bytes, status_code: int = 200) -> Response:
     return Response(content=body, status_code=status_code, media_type=_JSON)
 
 
-def build_router(server: LightningStoreServer) -> APIRouter:
-    """Build the ``/v1/agl`` router bound to ``server``."""
-    router = APIRouter()
+def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
+    """Build the REST router bound to ``server`` (routes under ``prefix``, normally ``/v1/agl``)."""
+    router = APIRouter(prefix=prefix)
 
     @router.get("/health")
     async def health() -> Dict[str, str]:

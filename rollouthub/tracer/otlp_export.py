@@ -6,7 +6,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Deque, Optional, Set, Tuple
+from typing import Any, Deque, List, Optional, Set, Tuple
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -18,6 +18,12 @@ __all__ = ["StoreOTLPSpanProcessor", "StoreTrafficFilter", "STORE_TRAFFIC_PATH_P
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_JOIN_TIMEOUT_SECONDS = 5.0
+
+EXPORT_BATCH_SIZE = 512
+"""Most spans sent in one OTLP request."""
+
+EXPORT_LINGER_SECONDS = 1.0
+"""Longest time a span waits in the queue before it is sent (bounds heartbeat staleness of long agents)."""
 
 STORE_TRAFFIC_PATH_PREFIXES: Tuple[str, ...] = ("/v1/agl", "/v1/traces")
 """URL paths of the LightningStore's own HTTP API (REST and OTLP)."""
@@ -37,13 +43,6 @@ def _suppress_key() -> Any:
 
 SUPPRESS_KEY = _suppress_key()
 _SUPPRESS = SUPPRESS_KEY
-
-
-def _write_timeout() -> float:
-    """``rollouthub.tracer.otel.STORE_WRITE_TIMEOUT_SECONDS`` read at call time (so it can be patched)."""
-    from . import otel
-
-    return float(otel.STORE_WRITE_TIMEOUT_SECONDS)
 
 
 class StoreTrafficFilter:
@@ -93,30 +92,30 @@ class StoreTrafficFilter:
 
 
 class StoreOTLPSpanProcessor(SpanProcessor):
-    """Export each ended span through a ``LightningStoreOTLPExporter`` without ever blocking for long.
+    """Export ended spans to the store through a ``LightningStoreOTLPExporter``, batched, without blocking the agent.
 
-    Behaves like OpenTelemetry's ``SimpleSpanProcessor`` (one export per span, in order) but the export runs on a
-    worker thread and ``on_end`` waits at most :data:`STORE_WRITE_TIMEOUT_SECONDS`. After a timeout the processor
-    is *degraded* until :meth:`reset` (the next trace context): further spans are queued without waiting, so an
-    unreachable store costs the agent at most one timeout per trace. Each queued span remembers the rollout and
-    attempt it was ended under and is dropped (with a warning; it stays in ``get_last_trace``) if the exporter has
-    moved on to other ids, so late exports are never attributed to the wrong attempt.
+    ``on_end`` only queues the span. A worker thread sends the queued spans of one rollout attempt together in one
+    OTLP request: as soon as :data:`EXPORT_BATCH_SIZE` spans are waiting, when the oldest one has waited
+    :data:`EXPORT_LINGER_SECONDS` (so long-running agents still heartbeat regularly), or immediately when the trace
+    context ends (:meth:`flush`, which waits at most :data:`STORE_WRITE_TIMEOUT_SECONDS`). One request per trace
+    instead of one per span is what keeps the store server's CPU per span low. Each queued span remembers the
+    rollout and attempt it was ended under and is dropped (with a warning; it stays in ``get_last_trace``) if the
+    exporter has moved on to other ids, so late exports are never attributed to the wrong attempt.
     """
 
     def __init__(self, span_exporter: Any) -> None:
         """Wrap ``span_exporter`` (a ``LightningStoreOTLPExporter``)."""
         self.span_exporter = span_exporter
-        self._queue: Deque[Tuple[ReadableSpan, Optional[str], Optional[str], threading.Event]] = collections.deque()
+        self._queue: Deque[Tuple[ReadableSpan, Optional[str], Optional[str], float]] = collections.deque()
         self._cond = threading.Condition()
         self._in_flight = 0
+        self._flush_requested = 0
         self._thread: Optional[threading.Thread] = None
-        self._degraded = False
         self._shutdown = False
         self._traffic_filter = StoreTrafficFilter()
 
     def reset(self) -> None:
-        """Leave degraded mode (called when a trace context starts)."""
-        self._degraded = False
+        """Called when a trace context starts (kept for API stability; there is no per-trace state)."""
 
     def on_start(self, span: SdkSpan, parent_context: Optional[otel_context.Context] = None) -> None:
         """Remember spans of the store's own HTTP traffic (never exported, to avoid feedback loops)."""
@@ -128,7 +127,7 @@ class StoreOTLPSpanProcessor(SpanProcessor):
             self._thread.start()
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Queue the span for export and wait (bounded) for the export to finish."""
+        """Queue the span for export (never blocks)."""
         if span.context is None or not span.context.trace_flags.sampled:
             return
         if self._traffic_filter.is_ignored_on_end(span):
@@ -138,62 +137,81 @@ class StoreOTLPSpanProcessor(SpanProcessor):
         attempt_id = getattr(exporter, "attempt_id", None)
         if (rollout_id is None or attempt_id is None) and exporter.should_bypass():
             return  # nothing to send outside a rollout
-        done = threading.Event()
         with self._cond:
             if self._shutdown:
                 return
-            self._queue.append((span, rollout_id, attempt_id, done))
+            self._queue.append((span, rollout_id, attempt_id, time.monotonic()))
             self._in_flight += 1
             self._ensure_worker()
-            self._cond.notify_all()
-        if self._degraded:
-            return
-        if not done.wait(_write_timeout()):
-            self._degraded = True
-            logger.warning(
-                "Exporting span %r to the store over OTLP took more than %.1fs; not waiting for further exports "
-                "in this trace.",
-                span.name,
-                _write_timeout(),
-            )
+            if len(self._queue) >= EXPORT_BATCH_SIZE:
+                self._cond.notify_all()
+
+    def _next_batch(self) -> Optional[List[Tuple[ReadableSpan, Optional[str], Optional[str], float]]]:
+        """Under the condition: wait until a batch is due, then pop the leading spans of one attempt."""
+        while True:
+            if self._queue:
+                due = self._queue[0][3] + EXPORT_LINGER_SECONDS
+                now = time.monotonic()
+                if self._shutdown or self._flush_requested or len(self._queue) >= EXPORT_BATCH_SIZE or now >= due:
+                    break
+                self._cond.wait(due - now)
+            elif self._shutdown:
+                return None
+            else:
+                self._cond.wait()
+        first = self._queue[0]
+        batch: List[Tuple[ReadableSpan, Optional[str], Optional[str], float]] = []
+        while self._queue and len(batch) < EXPORT_BATCH_SIZE:
+            item = self._queue[0]
+            if (item[1], item[2]) != (first[1], first[2]):
+                break
+            batch.append(self._queue.popleft())
+        return batch
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._shutdown:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                span, rollout_id, attempt_id, done = self._queue.popleft()
+                batch = self._next_batch()
+            if batch is None:
+                return
+            _, rollout_id, attempt_id, _ = batch[0]
             try:
                 exporter = self.span_exporter
                 if getattr(exporter, "rollout_id", None) != rollout_id or getattr(exporter, "attempt_id", None) != (
                     attempt_id
                 ):
-                    logger.warning("Dropping late OTLP export of span %r: its trace context has ended.", span.name)
+                    logger.warning(
+                        "Dropping late OTLP export of %d span(s) (first %r): their trace context has ended.",
+                        len(batch),
+                        batch[0][0].name,
+                    )
                 else:
                     token = otel_context.attach(otel_context.set_value(_SUPPRESS, True))
                     try:
-                        exporter.export((span,))
+                        exporter.export(tuple(item[0] for item in batch))
                     finally:
                         otel_context.detach(token)
             except Exception:
-                logger.exception("Exception while exporting span %r over OTLP.", span.name)
+                logger.exception("Exception while exporting %d span(s) over OTLP.", len(batch))
             finally:
-                done.set()
                 with self._cond:
-                    self._in_flight -= 1
+                    self._in_flight -= len(batch)
                     self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until every queued span was exported; returns whether it drained."""
+        """Export everything queued now and wait up to ``timeout`` seconds for it; returns whether it drained."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._in_flight > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
+            self._flush_requested += 1
+            self._cond.notify_all()
+            try:
+                while self._in_flight > 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+            finally:
+                self._flush_requested -= 1
         return True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
