@@ -266,7 +266,8 @@ class BodyLimitMiddleware:
 class FastPathMiddleware:
     """Serve the hottest routes without FastAPI's routing and dependency machinery (same semantics).
 
-    Handled here: ``POST /v1/traces`` (OTLP), ``GET /v1/agl/health``, ``POST /v1/agl/workers/{id}``, ``POST /v1/agl/queues/rollouts/dequeue``,
+    Handled here: ``POST /v1/traces`` (OTLP), ``GET /v1/agl/health``, ``GET /v1/agl/resources/{id}``,
+    ``POST /v1/agl/spans/search``, ``POST /v1/agl/workers/{id}``, ``POST /v1/agl/queues/rollouts/dequeue``,
     ``POST /v1/agl/rollouts``, ``POST /v1/agl/spans`` and ``POST /v1/agl/rollouts/{rid}/attempts/{aid}``. The body is
     validated once, straight from JSON, into the same request models; anything unusual (non-JSON content type, empty
     or ``null`` body where one is required, a validation error) is replayed unchanged through the FastAPI app, so error
@@ -281,6 +282,7 @@ class FastPathMiddleware:
         from . import server_routes as routes
         from .client_server import (
             DequeueManyRolloutsRequest,
+            QuerySpansRequest,
             RolloutRequest,
             UpdateAttemptRequest,
             UpdateWorkerRequest,
@@ -293,6 +295,7 @@ class FastPathMiddleware:
             "rollout": RolloutRequest,
             "span": Span,
             "attempt": UpdateAttemptRequest,
+            "spans_search": QuerySpansRequest,
         }
 
     def _classify(self, method: str, path: str) -> Optional[tuple[str, tuple[str, ...]]]:
@@ -300,11 +303,17 @@ class FastPathMiddleware:
             return None
         rest = path[8:]
         if method == "GET":
-            return ("health", ()) if rest == "health" else None
+            if rest == "health":
+                return "health", ()
+            if rest.startswith("resources/") and "/" not in rest[10:] and rest[10:] not in ("", "latest"):
+                return "resource", (rest[10:],)
+            return None
         if method != "POST":
             return None
         if rest == "spans":
             return "span", ()
+        if rest == "spans/search":
+            return "spans_search", ()
         if rest == "rollouts":
             return "rollout", ()
         if rest == "queues/rollouts/dequeue":
@@ -343,6 +352,9 @@ class FastPathMiddleware:
         if kind == "health":
             await _send_raw(send, 200, b'{"status":"ok"}')
             return
+        if kind == "resource":
+            await _send_raw(send, 200, await self._routes.op_get_resources_by_id(self.server, params[0]))
+            return
         content_type = b""
         for key, value in scope.get("headers", ()):
             if key == b"content-type":
@@ -376,6 +388,8 @@ class FastPathMiddleware:
                 await _send_raw(send, 201, await routes.op_add_span(server, request))
             elif kind == "rollout":
                 await _send_raw(send, 201, await routes.op_start_rollout(server, request))
+            elif kind == "spans_search":
+                await _send_raw(send, 200, await routes.op_query_spans(server, request))
             else:
                 await _send_raw(send, 200, await routes.op_update_attempt(server, params[0], params[1], request))
         except StarletteHTTPException as exc:

@@ -182,6 +182,41 @@ async def op_add_span(server: LightningStoreServer, span: Span) -> bytes:
     return _dump(await server.add_span(span))
 
 
+async def op_query_spans(server: LightningStoreServer, request: QuerySpansRequest) -> bytes:
+    """``GET /spans`` and ``POST /spans/search``: validate pagination (11.5), then ``query_spans``."""
+    validate_pagination(
+        Span,
+        sort_by=request.sort_by,
+        sort_order=request.sort_order,
+        limit=request.limit,
+        offset=request.offset,
+        filter_logic=request.filter_logic,
+    )
+    result = await server.query_spans(
+        request.rollout_id,
+        request.attempt_id,
+        trace_id=request.trace_id,
+        trace_id_contains=request.trace_id_contains,
+        span_id=request.span_id,
+        span_id_contains=request.span_id_contains,
+        parent_id=request.parent_id,
+        parent_id_contains=request.parent_id_contains,
+        name=request.name,
+        name_contains=request.name_contains,
+        filter_logic=request.filter_logic,
+        limit=request.limit,
+        offset=request.offset,
+        sort_by=request.sort_by,
+        sort_order=request.sort_order,
+    )
+    return bytes(_paginated(result).body)
+
+
+async def op_get_resources_by_id(server: LightningStoreServer, resources_id: str) -> bytes:
+    """``GET /resources/{resources_id}``: the snapshot or ``null``."""
+    return _dump(await server.get_resources_by_id(resources_id))
+
+
 def _raw(body: bytes, status_code: int = 200) -> Response:
     return Response(content=body, status_code=status_code, media_type=_JSON)
 
@@ -491,40 +526,12 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
             sort_by=sort_by,
             sort_order=sort_order,
         )
-        return await _query_spans(request)
+        return _raw(await op_query_spans(server, request))
 
     @router.post("/spans/search", response_model=PaginatedResult[Span])
     async def search_spans(request: QuerySpansRequest) -> Response:
         """Query the spans of a rollout (JSON body)."""
-        return await _query_spans(request)
-
-    async def _query_spans(request: QuerySpansRequest) -> Response:
-        validate_pagination(
-            Span,
-            sort_by=request.sort_by,
-            sort_order=request.sort_order,
-            limit=request.limit,
-            offset=request.offset,
-            filter_logic=request.filter_logic,
-        )
-        result = await server.query_spans(
-            request.rollout_id,
-            request.attempt_id,
-            trace_id=request.trace_id,
-            trace_id_contains=request.trace_id_contains,
-            span_id=request.span_id,
-            span_id_contains=request.span_id_contains,
-            parent_id=request.parent_id,
-            parent_id_contains=request.parent_id_contains,
-            name=request.name,
-            name_contains=request.name_contains,
-            filter_logic=request.filter_logic,
-            limit=request.limit,
-            offset=request.offset,
-            sort_by=request.sort_by,
-            sort_order=request.sort_order,
-        )
-        return _paginated(result)
+        return _raw(await op_query_spans(server, request))
 
     @router.post("/spans/next", response_model=NextSequenceIdResponse)
     async def get_next_span_sequence_id(request: NextSequenceIdRequest) -> Response:
