@@ -704,14 +704,19 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         return out
 
     @tracked("_sync_span_sequence_id")
-    async def _sync_span_sequence_id(self, rollout_id: str, sequence_id: int) -> None:
-        async with self.collections.atomic(mode="rw", snapshot=False, labels=["span_sequence_ids"]) as c:
+    async def _unlocked_sync_span_sequence_id(self, c: Any, rollout_id: str, sequence_id: int) -> None:
+        """Inside a unit: raise the rollout's counter to at least ``sequence_id``.
+
+        Read first and write only when needed: spans whose ids were allocated by the store (the common case) then
+        never write the counter row, so concurrent span inserts of one rollout do not contend on it.
+        """
+        current = await c.span_sequence_ids.get(rollout_id)
+        if current is None or current < sequence_id:
             await c.span_sequence_ids.chmax(rollout_id, sequence_id)
 
     @tracked("add_span")
     async def add_span(self, span: Span) -> Span | None:
         """Insert a span; ``None`` (logged) for a duplicate ``(rollout_id, attempt_id, span_id)``."""
-        await self._sync_span_sequence_id(span.rollout_id, span.sequence_id)
         inserted = await self._add_many_spans_helper(span.rollout_id, span.attempt_id, [span])
         return span if inserted else None
 
@@ -726,8 +731,6 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         """Convert an OpenTelemetry SDK span and insert it (allocating a sequence id when none is given)."""
         if sequence_id is None:
             sequence_id = (await self._issue_many_span_sequence_ids([(rollout_id, attempt_id)]))[0]
-        else:
-            await self._sync_span_sequence_id(rollout_id, sequence_id)
         span = Span.from_opentelemetry(
             readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
         )
@@ -742,23 +745,27 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             groups.setdefault((span.rollout_id, span.attempt_id), []).append(span)
         stored: List[Span] = []
         for (rollout_id, attempt_id), group in groups.items():
-            await self._sync_span_sequence_id(rollout_id, max(s.sequence_id for s in group))
             stored.extend(await self._add_many_spans_helper(rollout_id, attempt_id, group))
         return stored
 
     @tracked("_add_many_spans_helper")
     async def _add_many_spans_helper(self, rollout_id: str, attempt_id: str, spans: List[Span]) -> List[Span]:
-        """Validate, insert and heartbeat in ONE unit; on a duplicate, fall back to one-by-one inserts."""
+        """Raise the sequence counter, validate, insert and heartbeat in ONE unit; on a duplicate, fall back to
+        one-by-one inserts."""
+        max_sequence_id = max(span.sequence_id for span in spans)
 
         async def insert_and_beat(c: Any) -> Optional[Rollout]:
+            await self._unlocked_sync_span_sequence_id(c, rollout_id, max_sequence_id)
             await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
             await c.spans.insert(spans)  # all-or-nothing: a duplicate aborts the unit before any write
             return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id)
 
         try:
-            promoted = await self._commit(insert_and_beat, "rollouts", "attempts", "spans")
+            promoted = await self._commit(insert_and_beat, "rollouts", "attempts", "spans", "span_sequence_ids")
             inserted = spans
         except DuplicatedPrimaryKeyError:
+            async with self.collections.atomic(mode="rw", labels=["span_sequence_ids"]) as c:
+                await self._unlocked_sync_span_sequence_id(c, rollout_id, max_sequence_id)
             inserted = await self._insert_spans_with_fallback(spans)
             promoted = await self._on_attempt_heartbeat(rollout_id, attempt_id) if inserted else None
         if promoted is not None:
