@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LIGHTNING_STORE_METHODS",
     "UNSET",
+    "provided_fields",
     "Unset",
     "LightningStore",
     "LightningStoreCapabilities",
@@ -96,6 +97,11 @@ UNSET = _UnsetType()
 
 Unset = _UnsetType
 """Alias of the sentinel's class: use ``isinstance(x, Unset)``."""
+
+
+def provided_fields(**fields: Any) -> Dict[str, Any]:
+    """The keyword arguments that were provided, i.e. are not :data:`UNSET` (``None`` counts as provided)."""
+    return {name: value for name, value in fields.items() if not isinstance(value, _UnsetType)}
 
 
 class LightningStoreCapabilities(TypedDict, total=False):

@@ -53,7 +53,14 @@ from rollouthub.types import (
     WorkerStatus,
 )
 
-from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset
+from .base import (
+    UNSET,
+    LightningStore,
+    LightningStoreCapabilities,
+    LightningStoreStatistics,
+    Unset,
+    provided_fields,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -723,19 +730,14 @@ class LightningStoreClient(LightningStore):
         metadata: Dict[str, Any] | None | Unset = UNSET,
     ) -> Rollout:
         """Update the provided fields (``POST /rollouts/{id}``); ``status=None``/``config=None`` → HTTP 400."""
-        body: Dict[str, Any] = {}
-        if input is not UNSET:
-            body["input"] = _jsonable(input)
-        if mode is not UNSET:
-            body["mode"] = mode
-        if resources_id is not UNSET:
-            body["resources_id"] = resources_id
-        if status is not UNSET:
-            body["status"] = status
-        if config is not UNSET:
-            body["config"] = _dump_config(config)
-        if metadata is not UNSET:
-            body["metadata"] = _jsonable(metadata)
+        body = provided_fields(
+            input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
+        )
+        for key in ("input", "metadata"):
+            if key in body:
+                body[key] = _jsonable(body[key])
+        if "config" in body:
+            body["config"] = _dump_config(body["config"])
         data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}", json=body)
         return Rollout.model_validate(data)
 
@@ -779,15 +781,11 @@ class LightningStoreClient(LightningStore):
         metadata: Dict[str, Any] | None | Unset = UNSET,
     ) -> Attempt:
         """Update the provided attempt fields (``POST /rollouts/{id}/attempts/{aid}``)."""
-        body: Dict[str, Any] = {}
-        if status is not UNSET:
-            body["status"] = status
-        if worker_id is not UNSET:
-            body["worker_id"] = worker_id
-        if last_heartbeat_time is not UNSET:
-            body["last_heartbeat_time"] = last_heartbeat_time
-        if metadata is not UNSET:
-            body["metadata"] = _jsonable(metadata)
+        body = provided_fields(
+            status=status, worker_id=worker_id, last_heartbeat_time=last_heartbeat_time, metadata=metadata
+        )
+        if "metadata" in body:
+            body["metadata"] = _jsonable(body["metadata"])
         data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}", json=body)
         return Attempt.model_validate(data)
 

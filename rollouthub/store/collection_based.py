@@ -68,6 +68,7 @@ from .base import (
     LightningStoreStatistics,
     Unset,
     is_finished,
+    provided_fields,
 )
 from .collection.base import (
     DuplicatedPrimaryKeyError,
@@ -907,17 +908,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         metadata: Dict[str, Any] | None | Unset = UNSET,
     ) -> Rollout:
         """Replace the provided fields (no transition guard); terminal statuses stamp ``end_time``."""
-        updates: Dict[str, Any] = {}
-        for field, value in (
-            ("input", input),
-            ("mode", mode),
-            ("resources_id", resources_id),
-            ("status", status),
-            ("config", config),
-            ("metadata", metadata),
-        ):
-            if not isinstance(value, Unset):
-                updates[field] = value
+        updates = provided_fields(
+            input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
+        )
 
         async def apply(c: Any) -> Rollout:
             existing = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
@@ -955,15 +948,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         metadata: Dict[str, Any] | None | Unset = UNSET,
     ) -> Attempt:
         """Update an attempt; the latest attempt's status propagates to the rollout (with retries)."""
-        updates: Dict[str, Any] = {}
-        for field, value in (
-            ("status", status),
-            ("worker_id", worker_id),
-            ("last_heartbeat_time", last_heartbeat_time),
-            ("metadata", metadata),
-        ):
-            if not isinstance(value, Unset):
-                updates[field] = value
+        updates = provided_fields(
+            status=status, worker_id=worker_id, last_heartbeat_time=last_heartbeat_time, metadata=metadata
+        )
 
         sync_worker = bool(isinstance(worker_id, str) and worker_id) or not isinstance(status, Unset)
 
