@@ -28,7 +28,7 @@ import warnings
 import weakref
 from collections.abc import AsyncGenerator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 import aiohttp
@@ -72,6 +72,8 @@ __all__ = [
     "LightningStoreHTTPError",
     "LightningStoreRemoteValueError",
 ]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -710,14 +712,20 @@ class LightningStoreClient(LightningStore):
     async def get_rollout_by_id(self, rollout_id: str) -> Union[Rollout, AttemptedRollout, None]:
         """The rollout or ``None`` (also ``None`` when the request fails after retries, as a reference server
         answers 500 for unknown ids)."""
+        return await self._lookup(
+            f"/rollouts/{_q(rollout_id)}", _parse_rollout, f"get_rollout_by_id({rollout_id})", logging.DEBUG
+        )
+
+    async def _lookup(self, path: str, parse: Callable[[Any], T], what: str, level: int = logging.ERROR) -> T | None:
+        """GET a single object: ``null`` or any failure after retries → ``None`` (logged); auth errors propagate."""
         try:
-            data = await self._request_json("get", f"/rollouts/{_q(rollout_id)}")
+            data = await self._request_json("get", path)
         except LightningStoreAuthError:
             raise
         except Exception as exc:
-            logger.debug("get_rollout_by_id(%s) failed: %r", rollout_id, exc)
+            logger.log(level, "%s failed: %r", what, exc)
             return None
-        return _parse_rollout(data) if data else None
+        return parse(data) if data else None
 
     async def update_rollout(
         self,
@@ -762,14 +770,9 @@ class LightningStoreClient(LightningStore):
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         """The latest attempt or ``None`` (also when the request fails after retries)."""
-        try:
-            data = await self._request_json("get", f"/rollouts/{_q(rollout_id)}/attempts/latest")
-        except LightningStoreAuthError:
-            raise
-        except Exception as exc:
-            logger.error("get_latest_attempt(%s) failed: %r", rollout_id, exc)
-            return None
-        return Attempt.model_validate(data) if data else None
+        return await self._lookup(
+            f"/rollouts/{_q(rollout_id)}/attempts/latest", Attempt.model_validate, f"get_latest_attempt({rollout_id})"
+        )
 
     async def update_attempt(
         self,
@@ -832,25 +835,13 @@ class LightningStoreClient(LightningStore):
 
     async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
         """One snapshot or ``None`` (also when the request fails after retries)."""
-        try:
-            data = await self._request_json("get", f"/resources/{_q(resources_id)}")
-        except LightningStoreAuthError:
-            raise
-        except Exception as exc:
-            logger.error("get_resources_by_id(%s) failed: %r", resources_id, exc)
-            return None
-        return ResourcesUpdate.model_validate(data) if data else None
+        return await self._lookup(
+            f"/resources/{_q(resources_id)}", ResourcesUpdate.model_validate, f"get_resources_by_id({resources_id})"
+        )
 
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         """The latest snapshot or ``None`` (also when the request fails after retries)."""
-        try:
-            data = await self._request_json("get", "/resources/latest")
-        except LightningStoreAuthError:
-            raise
-        except Exception as exc:
-            logger.error("get_latest_resources() failed: %r", exc)
-            return None
-        return ResourcesUpdate.model_validate(data) if data else None
+        return await self._lookup("/resources/latest", ResourcesUpdate.model_validate, "get_latest_resources()")
 
     # -- spans ---------------------------------------------------------------------------------------------------------
 
