@@ -757,9 +757,10 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
         async def insert_and_beat(c: Any) -> Optional[Rollout]:
             await self._unlocked_sync_span_sequence_id(c, rollout_id, max_sequence_id)
-            await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
+            rollout, attempt = await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
             await c.spans.insert(spans)  # all-or-nothing: a duplicate aborts the unit before any write
-            return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id)
+            # The unit holds both rows: the heartbeat reuses them instead of reading them again.
+            return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id, rollout, attempt)
 
         try:
             promoted = await self._commit(insert_and_beat, "rollouts", "attempts", "spans", "span_sequence_ids")
@@ -775,12 +776,17 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             await self._post_add_spans(inserted, rollout_id, attempt_id)
         return inserted
 
-    async def _unlocked_validate_rollout_and_attempt(self, c: Any, rollout_id: str, attempt_id: str) -> None:
-        """Inside a unit: raise ``ValueError`` when the rollout or the attempt does not exist."""
-        if await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}}) is None:
+    async def _unlocked_validate_rollout_and_attempt(
+        self, c: Any, rollout_id: str, attempt_id: str
+    ) -> Tuple[Rollout, Attempt]:
+        """Inside a unit: the rollout and the attempt; ``ValueError`` when either does not exist."""
+        rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+        if rollout is None:
             raise ValueError(f"Rollout {rollout_id} not found")
-        if await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id)) is None:
+        attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
+        if attempt is None:
             raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
+        return rollout, attempt
 
     @tracked("_insert_spans_with_fallback")
     async def _insert_spans_with_fallback(self, spans: List[Span]) -> List[Span]:
@@ -813,15 +819,27 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
         return cast(Optional[Rollout], await self._commit(beat, "rollouts", "attempts"))
 
-    async def _unlocked_on_attempt_heartbeat(self, c: Any, rollout_id: str, attempt_id: str) -> Optional[Rollout]:
+    async def _unlocked_on_attempt_heartbeat(
+        self,
+        c: Any,
+        rollout_id: str,
+        attempt_id: str,
+        rollout: Optional[Rollout] = None,
+        attempt: Optional[Attempt] = None,
+    ) -> Optional[Rollout]:
         """Inside a unit: a span is a heartbeat -- refresh and revive the attempt (only ``last_heartbeat_time`` and
-        ``status`` are written) and promote the rollout to ``running`` when this is its latest attempt."""
-        attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
+        ``status`` are written) and promote the rollout to ``running`` when this is its latest attempt.
+
+        ``rollout``/``attempt``: the rows when the caller already read them in this unit (they are read otherwise).
+        """
         if attempt is None:
-            return None
-        rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+            attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
+            if attempt is None:
+                return None
         if rollout is None:
-            return None
+            rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+            if rollout is None:
+                return None
         updated = attempt.model_copy(
             update={"last_heartbeat_time": time.time(), "status": heartbeat_attempt_status(attempt.status)}
         )

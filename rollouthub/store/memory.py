@@ -35,15 +35,29 @@ def _detect_total_memory_bytes() -> int:
         return _FALLBACK_MEMORY_BYTES
 
 
+_LEAF_TYPES = frozenset({str, int, float, bool, type(None), bytes})
+
+
 def estimate_model_size(value: Any) -> int:
     """Recursive ``sys.getsizeof`` estimate (models: ``__dict__`` values; mappings: values only; sequences: items)."""
-    if isinstance(value, BaseModel):
-        return sum(estimate_model_size(v) for v in value.__dict__.values()) + sys.getsizeof(value)
-    if isinstance(value, dict):
-        return sum(estimate_model_size(v) for v in value.values()) + sys.getsizeof(value)
-    if isinstance(value, (list, tuple, set)):
-        return sum(estimate_model_size(v) for v in value) + sys.getsizeof(value)
-    return sys.getsizeof(value)
+    getsizeof = sys.getsizeof
+    # Iterative walk with a fast path for the common leaves (this runs for every stored span).
+    total = 0
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        total += getsizeof(item)
+        kind = type(item)
+        if kind in _LEAF_TYPES:
+            continue
+        if isinstance(item, BaseModel):
+            extend(item.__dict__.values())
+        elif isinstance(item, dict):
+            extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            extend(item)
+    return total
 
 
 def _resolve_eviction_threshold(value: Union[float, int, None], capacity: int) -> int:

@@ -54,6 +54,7 @@ __all__ = [
     "DuplicatedPrimaryKeyError",
     "TrackedCollection",
     "tracked",
+    "primary_key_of_filter",
     "ensure_numeric",
     "normalize_filter_options",
     "merge_must_filters",
@@ -200,6 +201,43 @@ def normalize_filter_options(filter: Optional[FilterOptions]) -> NormalizedFilte
     return NormalizedFilter(must=must, regular=regular, aggregate=aggregate)
 
 
+def primary_key_of_filter(filter: Optional[FilterOptions], primary_keys: Sequence[str]) -> Optional[Tuple[str, ...]]:
+    """The key tuple when ``filter`` is exactly a lookup by primary key, else ``None``.
+
+    Recognised (the by-id reads of the business logic): every primary-key field with one ``exact`` string value
+    and no other condition, written either as regular conditions (``{"rollout_id": {"exact": "ro-1"}}``, any
+    ``_aggregate`` when there is one key, ``and`` otherwise) or as ``_must`` conditions. Backends use it to skip
+    filter normalisation and compilation for the most frequent read; anything else takes the general path, which
+    gives the same result.
+    """
+    if not filter:
+        return None
+    source: Any = filter
+    n_conditions = len(filter)
+    if "_must" in filter:
+        source = filter["_must"]
+        if n_conditions != 1 or type(source) is not dict:
+            return None
+        n_conditions = len(source)
+    elif "_aggregate" in filter:
+        # With a single key AND and OR agree; with several, only AND is a key lookup.
+        if filter["_aggregate"] not in ("and", "or") or (len(primary_keys) > 1 and filter["_aggregate"] != "and"):
+            return None
+        n_conditions -= 1
+    if n_conditions != len(primary_keys):
+        return None
+    key: List[str] = []
+    for name in primary_keys:
+        ops = source.get(name)
+        if type(ops) is not dict or len(ops) != 1:
+            return None
+        value = ops.get("exact")
+        if type(value) is not str:
+            return None
+        key.append(value)
+    return tuple(key)
+
+
 def resolve_sort_options(sort: Optional[SortOptions]) -> Optional[Tuple[str, Literal["asc", "desc"]]]:
     """Validate sort options; returns ``(field, order)`` or ``None`` for unsorted."""
     if not sort:
@@ -285,12 +323,17 @@ def tracked(operation: str) -> Callable[[F], F]:
     """Decorate a primitive's async method so it is measured as ``operation`` (free when no tracker is set)."""
 
     def decorator(func: F) -> F:
-        @functools.wraps(func)
-        async def wrapper(self: TrackedCollection, *args: Any, **kwargs: Any) -> Any:
-            if self._tracker is None:
-                return await func(self, *args, **kwargs)
+        async def measured(self: TrackedCollection, *args: Any, **kwargs: Any) -> Any:
             async with self.tracking_context(operation, self.collection_name):
                 return await func(self, *args, **kwargs)
+
+        # A plain function returning the coroutine: without a tracker the primitive costs no extra frame (these
+        # run several times per store call). Awaiting the result is all callers do.
+        @functools.wraps(func)
+        def wrapper(self: TrackedCollection, *args: Any, **kwargs: Any) -> Any:
+            if self._tracker is None:
+                return func(self, *args, **kwargs)
+            return measured(self, *args, **kwargs)
 
         return cast(F, wrapper)
 

@@ -57,6 +57,7 @@ from .base import (
     check_sort_field,
     ensure_numeric,
     normalize_filter_options,
+    primary_key_of_filter,
     resolve_sort_options,
     tracked,
 )
@@ -377,6 +378,11 @@ class ListBasedCollection(Collection[T]):
     @tracked("get")
     async def get(self, filter: Optional[FilterOptions] = None, sort: Optional[SortOptions] = None) -> Optional[T]:
         """First match, or ``None``."""
+        if sort is None:
+            key = primary_key_of_filter(filter, self._primary_keys)
+            if key is not None:  # lookup by id: no normalisation, no tree walk
+                found = self._lookup(key)
+                return None if found is _MISSING or isinstance(found, dict) else found  # type: ignore[no-any-return]
         normalized = normalize_filter_options(filter)
         sort_spec = resolve_sort_options(sort)
         items = self._matching(normalized)
@@ -643,6 +649,48 @@ class _ThreadSafeAsyncLock:
         self.__init__()  # type: ignore[misc]
 
 
+class _NoLockScope:
+    """``atomic()`` of a plain read: no lock."""
+
+    __slots__ = ("collections",)
+
+    def __init__(self, collections: InMemoryLightningCollections) -> None:
+        self.collections = collections
+
+    async def __aenter__(self) -> InMemoryLightningCollections:
+        return self.collections
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+
+class _LockScope:
+    """``atomic()`` of a unit: acquire the locks in the given (sorted) order, release them in reverse."""
+
+    __slots__ = ("collections", "locks", "held")
+
+    def __init__(self, collections: InMemoryLightningCollections, locks: Tuple[Any, ...]) -> None:
+        self.collections = collections
+        self.locks = locks
+        self.held = 0
+
+    async def __aenter__(self) -> InMemoryLightningCollections:
+        try:
+            for lock in self.locks:
+                await lock.__aenter__()
+                self.held += 1
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self.collections
+
+    async def __aexit__(self, *exc: Any) -> None:
+        locks, held = self.locks, self.held
+        self.held = 0
+        for index in range(held - 1, -1, -1):
+            await locks[index].__aexit__(None, None, None)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Bundle
 # --------------------------------------------------------------------------------------------------------------
@@ -671,6 +719,7 @@ class InMemoryLightningCollections(LightningCollections):
             label: (_ThreadSafeAsyncLock() if lock_type == "thread" else _LoopAwareAsyncLock())
             for label in ALL_ATOMIC_LABELS
         }
+        self._locks_by_labels: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
 
     @property
     def rollouts(self) -> ListBasedCollection[Rollout]:
@@ -700,8 +749,7 @@ class InMemoryLightningCollections(LightningCollections):
     def span_sequence_ids(self) -> DictBasedKeyValue[str, int]:
         return self._span_sequence_ids
 
-    @asynccontextmanager
-    async def atomic(  # type: ignore[override]
+    def atomic(  # type: ignore[override]
         self,
         *,
         mode: AtomicMode = "rw",
@@ -709,18 +757,21 @@ class InMemoryLightningCollections(LightningCollections):
         commit: bool = False,
         labels: Optional[Sequence[AtomicLabels]] = None,
         **kwargs: Any,
-    ) -> AsyncIterator[InMemoryLightningCollections]:
+    ) -> Any:
         """Lock the labelled resources (all when none; none for plain reads) in sorted order."""
         if mode == "r" and not snapshot:
-            yield self
-            return
-        names = sorted(set(labels)) if labels else sorted(self._lock)
+            return _NoLockScope(self)
+        key = tuple(labels) if labels else ()
+        locks = self._locks_by_labels.get(key)
+        if locks is None:
+            names = sorted(set(labels)) if labels else sorted(self._lock)
+            locks = self._locks_by_labels[key] = tuple(self._lock[name] for name in names)
         if self._tracker is None:
-            async with AsyncExitStack() as stack:
-                for name in names:
-                    await stack.enter_async_context(self._lock[name])
-                yield self
-            return
+            return _LockScope(self, locks)
+        return self._tracked_atomic(sorted(set(labels)) if labels else sorted(self._lock))
+
+    @asynccontextmanager
+    async def _tracked_atomic(self, names: List[str]) -> AsyncIterator[InMemoryLightningCollections]:
         async with self.tracking_context("atomic", "router"):
             async with AsyncExitStack() as stack:
                 for name in names:

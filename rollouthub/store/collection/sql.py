@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Tuple, TypeVar
 
 import aiologic
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -207,6 +207,8 @@ class SqlLightningCollections(LightningCollections):
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = weakref.WeakKeyDictionary()
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DriverPool] = weakref.WeakKeyDictionary()
         self.stmts = StatementCache()
+        # Compiled filters per (table, exact-filter signature): (where marker, shape, normalized filter).
+        self.filter_shapes: Dict[Any, Tuple[Any, Tuple[Any, ...], Any]] = {}
         self.stmts.dialect = create_async_engine(self.url).dialect  # replaced by the connected dialect later
         self._engines_guard = threading.Lock()
         self._ready = False

@@ -131,7 +131,20 @@ class DriverPool:
 class Unit:
     """One atomic unit: a lazily acquired connection, its transaction and (SQLite writes) the local write lock."""
 
-    __slots__ = ("backend", "write", "snapshot", "commit", "task", "pool", "raw", "_locked", "_pg_tx", "view")
+    __slots__ = (
+        "backend",
+        "write",
+        "snapshot",
+        "commit",
+        "task",
+        "pool",
+        "raw",
+        "_locked",
+        "_pg_tx",
+        "view",
+        "sqlite",
+        "for_update",
+    )
 
     def __init__(self, backend: SqlLightningCollections, write: bool, snapshot: bool, commit: bool) -> None:
         self.backend = backend
@@ -144,16 +157,10 @@ class Unit:
         self._locked = False
         self._pg_tx: Any = None
         self.view: Any = None
-
-    @property
-    def for_update(self) -> bool:
-        """Lock the rows read by this unit (PostgreSQL write units)."""
-        return self.write and self.backend.dialect == "postgresql"
-
-    @property
-    def sqlite(self) -> bool:
+        self.sqlite: bool = backend.dialect == "sqlite"
         """Whether the unit runs on SQLite."""
-        return self.backend.dialect == "sqlite"
+        self.for_update: bool = write and not self.sqlite
+        """Lock the rows read by this unit (PostgreSQL write units)."""
 
     async def driver(self) -> Any:
         """The unit's driver connection, opening it (and its transaction) on first use."""
@@ -214,7 +221,7 @@ class Unit:
 
     async def fetch(self, compiled: Compiled, values: Dict[str, Any]) -> Sequence[Any]:
         """Run a cached statement and return its rows."""
-        raw = await self.driver()
+        raw = self.raw if self.raw is not None else await self.driver()
         params = StatementCache.params(compiled, values)
         if self.sqlite:
             return (await raw.run(compiled[0], params, True))[0]  # type: ignore[no-any-return]

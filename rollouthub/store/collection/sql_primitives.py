@@ -25,6 +25,7 @@ from .base import (
     check_sort_field,
     ensure_numeric,
     normalize_filter_options,
+    primary_key_of_filter,
     resolve_sort_options,
     tracked,
 )
@@ -40,6 +41,7 @@ __all__ = ["SqlCollection", "SqlQueue", "SqlKeyValue"]
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 
+_SCALAR_TYPES: Dict[Optional[str], type] = {"str": str, "int": int, "float": float}
 _PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
 
 
@@ -102,13 +104,59 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
 
     # --- reads -------------------------------------------------------------------------------------------------
 
+    def _exact_signature(self, filter: FilterOptions) -> Optional[Tuple[Tuple[Any, ...], List[Any]]]:
+        """``(signature, values)`` of a filter made only of ``exact`` conditions on scalar columns with values of
+        the column's own type (``str``/``int``/``float``), else ``None``. Such filters compile to one condition
+        and one parameter per value, in traversal order, so their compiled form depends on the signature only."""
+        kinds = self._spec.kinds
+        parts: List[Any] = []
+        values: List[Any] = []
+
+        def add(field_name: str, ops: Any) -> bool:
+            if type(ops) is not dict or len(ops) != 1 or "exact" not in ops:
+                return False
+            value = ops["exact"]
+            kind = kinds.get(field_name)
+            if _SCALAR_TYPES.get(kind) is not type(value):  # type: ignore[arg-type]
+                return False
+            parts.append(field_name)
+            values.append(value)
+            return True
+
+        must = filter.get("_must")
+        if must is not None:
+            if type(must) is not dict:
+                return None
+            for field_name, ops in must.items():
+                if not add(field_name, ops):
+                    return None
+        parts.append("|")
+        for field_name, ops in filter.items():
+            if field_name != "_must" and field_name != "_aggregate" and not add(field_name, ops):
+                return None
+        parts.append(filter.get("_aggregate", "and"))
+        return tuple(parts), values
+
     def _filter(self, filter: Optional[FilterOptions]) -> Tuple[Any, Tuple[Any, ...], Dict[str, Any], Any]:
-        """``(where marker, shape, values, normalized)``: where marker is ``None`` (all), ``FALSE`` or a clause."""
+        """``(where marker, shape, values, normalized)``: where marker is ``None`` (all), ``FALSE`` or a clause.
+
+        Filters of exact scalar conditions (most of the business logic's reads) are compiled once per signature:
+        later calls only collect their values (see :meth:`_exact_signature`)."""
+        signature = self._exact_signature(filter) if filter else None
+        cache = self._backend.filter_shapes
+        if signature is not None:
+            hit = cache.get((self._spec.name, signature[0]))
+            if hit is not None:
+                return hit[0], hit[1], {f"p{i}": v for i, v in enumerate(signature[1])}, hit[2]
         nf = normalize_filter_options(filter)
         if nf.is_empty:
             return None, (), {}, nf
         b = Binder(self._backend.dialect, dry=True)
         marker = compile_where(self._spec, nf, b)
+        if signature is not None and b.values == {f"p{i}": v for i, v in enumerate(signature[1])}:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[(self._spec.name, signature[0])] = (marker, tuple(b.shape), nf)
         return marker, tuple(b.shape), b.values, nf
 
     def _where_clause(self, nf: NormalizedFilter) -> Any:
@@ -197,6 +245,10 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
     @tracked("get")
     async def get(self, filter: Optional[FilterOptions] = None, sort: Optional[SortOptions] = None) -> Optional[T]:
         """First match (``LIMIT 1``), or ``None``."""
+        if sort is None:
+            key = primary_key_of_filter(filter, self._spec.primary_keys)
+            if key is not None:
+                return await self._get_by_key(key)
         marker, shape, values, nf = self._filter(filter)
         order = self._order_by(sort)
         if marker is FALSE:
@@ -208,6 +260,24 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             return self._spec.from_row(rows[0]) if rows else None  # type: ignore[return-value]
 
         return await self._run(False, run)
+
+    async def _get_by_key(self, key: Tuple[str, ...]) -> Optional[T]:
+        """The row with primary key ``key`` (one cached statement; no filter normalisation or compilation)."""
+        if self._unit is not None:
+            return await self._fetch_by_key(self._unit, key)
+        async with self._backend._unit_scope(write=False, snapshot=False, commit=False) as own:
+            return await self._fetch_by_key(own, key)
+
+    async def _fetch_by_key(self, unit: Unit, key: Tuple[str, ...]) -> Optional[T]:
+        spec = self._spec
+        for_update = unit.for_update
+        stmt = self._backend.stmts.get(("pkget", spec.name, for_update), lambda: self._pk_select(for_update))
+        rows = await unit.fetch(stmt, self._pk_binds(key))
+        return spec.from_row(rows[0]) if rows else None  # type: ignore[return-value]
+
+    def _pk_select(self, for_update: bool) -> Any:
+        stmt = sa.select(*self._spec.columns).where(self._pk_where()).limit(1)
+        return stmt.with_for_update() if for_update else stmt
 
     async def query_json_present(self, status_in: Sequence[str], json_field: str, keys: Sequence[str]) -> List[T]:
         """Items whose ``status`` is in ``status_in`` and whose JSON ``json_field`` has a non-null value under any

@@ -155,7 +155,7 @@ class TableSpec:
             extra = row[len(self.fields)]
             if extra:
                 data.update(from_json(extra) if decode else extra)
-        return self.model.model_validate(data)
+        return self.model.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
 
     @property
     def column_names(self) -> List[str]:

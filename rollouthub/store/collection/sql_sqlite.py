@@ -195,6 +195,13 @@ class FastSqliteConnection(aiosqlite.Connection):
 
     async def run(self, sql: str, params: Any, fetch: bool) -> Tuple[List[Any], int]:
         """Execute one statement (starting a pending transaction first); returns ``(rows, rowcount)``."""
+        if self._inline and self._connection is not None:
+            try:  # the common case: no lock to wait for, so no retry loop and no extra coroutine
+                return self._run_sql(sql, params, fetch)
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if "locked" not in text and "busy" not in text:
+                    raise
         return await self._execute(self._run_sql, sql, params, fetch)  # type: ignore[no-any-return]
 
     def _call_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
