@@ -122,6 +122,9 @@ async def test_kill_9_keeps_every_acknowledged_write(target: tuple[str, str]) ->
                 assert rollout.rollout_id not in claims, "claimed twice"
                 claims[rollout.rollout_id] = rollout.attempt.sequence_id
                 order.append(rollout.rollout_id)
+                # Finish it right away: our own claim must not time out (and be requeued) while we wait for the
+                # killed child's attempts to time out.
+                await store.update_attempt(rollout.rollout_id, rollout.attempt.attempt_id, status="succeeded")
             return set(enqueued) <= set(claims)
 
         await wait_until(everything_reclaimed, timeout=timeout_seconds + 30, interval=0.1)
