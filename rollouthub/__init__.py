@@ -18,6 +18,7 @@ from .emitter import __all__ as _emitter_all
 from .env_var import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from .execution import *  # noqa: F403
 from .execution import __all__ as _execution_all
+from .legacy_v01 import AgentLightningClient, AgentLightningServer, DevTaskLoader
 from .litagent import *  # noqa: F403
 from .litagent import __all__ as _litagent_all
 from .logging import *  # noqa: F403
@@ -53,6 +54,9 @@ __all__ = [
     *_tracer_all,
     *_trainer_all,
     *_types_all,
+    "AgentLightningClient",
+    "AgentLightningServer",
+    "DevTaskLoader",
     "__version__",
 ]
 
