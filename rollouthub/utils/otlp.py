@@ -13,7 +13,7 @@ import gzip
 import json
 import logging
 import zlib
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from rollouthub.semconv import LightningResourceAttributes
 from rollouthub.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus, convert_timestamp
@@ -22,6 +22,8 @@ __all__ = [
     "PROTOBUF_CT",
     "JSON_CT",
     "OTLPPayloadError",
+    "OTLPExportResult",
+    "export_otlp",
     "handle_otlp_export",
     "parse_otlp_traces",
     "spans_from_proto",
@@ -52,14 +54,10 @@ class OTLPPayloadError(ValueError):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _content_type(headers: Any) -> str:
-    raw = headers.get("content-type") or ""
-    return raw.split(";", 1)[0].strip().lower()
-
-
-def _wants_gzip(headers: Any) -> bool:
-    raw = headers.get("accept-encoding") or ""
-    return any(part.split(";", 1)[0].strip().lower() == "gzip" for part in raw.split(","))
+def _wants_gzip_value(accept_encoding: Optional[str]) -> bool:
+    if not accept_encoding:
+        return False
+    return any(part.split(";", 1)[0].strip().lower() == "gzip" for part in accept_encoding.split(","))
 
 
 _HEX_ID_KEYS = {"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"}
@@ -156,8 +154,19 @@ def _attribute_value(value: Any) -> Any:
     return value
 
 
+_SCALAR_KINDS = frozenset({"string_value", "bool_value", "int_value", "double_value"})
+
+
 def _attributes(kvs: Any) -> Dict[str, Any]:
-    return {kv.key: _attribute_value(_any_value(kv.value)) for kv in kvs}
+    result: Dict[str, Any] = {}
+    for kv in kvs:
+        value = kv.value
+        kind = value.WhichOneof("value")
+        if kind in _SCALAR_KINDS:  # the common case, without the generic conversion below
+            result[kv.key] = getattr(value, kind)
+        else:
+            result[kv.key] = _attribute_value(_any_value(value))
+    return result
 
 
 def _hex_id(raw: bytes, width: int) -> str:
@@ -265,14 +274,77 @@ def _status_body(message: str, as_json: bool) -> bytes:
     return bytes(Status(code=3, message=message).SerializeToString())
 
 
-def _otlp_response(body: bytes, status_code: int, media_type: str, gzip_it: bool) -> Any:
-    from starlette.responses import Response
+class OTLPExportResult(NamedTuple):
+    """The HTTP response of an OTLP export: status code, media type, body and whether the body is gzip-compressed."""
 
-    headers = {}
+    status_code: int
+    media_type: str
+    body: bytes
+    gzipped: bool
+
+    def raw_headers(self) -> List[Tuple[bytes, bytes]]:
+        """ASGI response headers (``content-encoding`` when gzipped, ``content-length``, ``content-type``)."""
+        headers = [(b"content-encoding", b"gzip")] if self.gzipped else []
+        headers.append((b"content-length", b"%d" % len(self.body)))
+        headers.append((b"content-type", self.media_type.encode("latin-1")))
+        return headers
+
+
+def _result(body: bytes, status_code: int, media_type: str, gzip_it: bool) -> OTLPExportResult:
     if gzip_it:
         body = gzip.compress(body)
-        headers["Content-Encoding"] = "gzip"
-    return Response(content=body, status_code=status_code, media_type=media_type, headers=headers)
+    return OTLPExportResult(status_code, media_type, body, gzip_it)
+
+
+_EMPTY_PROTO_RESPONSE: Optional[bytes] = None
+
+
+def _empty_proto_response() -> bytes:
+    global _EMPTY_PROTO_RESPONSE
+    if _EMPTY_PROTO_RESPONSE is None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        _EMPTY_PROTO_RESPONSE = bytes(ExportTraceServiceResponse().SerializeToString())
+    return _EMPTY_PROTO_RESPONSE
+
+
+async def export_otlp(
+    content_type: Optional[str],
+    content_encoding: Optional[str],
+    accept_encoding: Optional[str],
+    read_body: Callable[[], Awaitable[bytes]],
+    add_many_spans: Callable[[Sequence[Span]], Awaitable[Any]],
+    sequence_id_bulk_issuer: SequenceIdBulkIssuer,
+) -> OTLPExportResult:
+    """Handle an OTLP/HTTP traces export independently of the web framework (store.md 11.7).
+
+    ``content_type``/``content_encoding``/``accept_encoding`` are the raw request header values (``None`` when
+    absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
+    ``ExportTraceServiceResponse``, or 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
+    body or spans the store rejects. Exceptions of ``read_body`` and unexpected store errors propagate.
+    """
+    gzip_it = _wants_gzip_value(accept_encoding)
+    ct = (content_type or "").split(";", 1)[0].strip().lower()
+    if ct not in (PROTOBUF_CT, JSON_CT):
+        message = f"Unsupported Content-Type '{ct}', expected '{PROTOBUF_CT}'"
+        return _result(_status_body(message, False), 400, PROTOBUF_CT, gzip_it)
+    as_json = ct == JSON_CT
+    media_type = JSON_CT if as_json else PROTOBUF_CT
+    body = await read_body()
+    try:
+        parsed = parse_otlp_traces(body, ct, content_encoding)
+        spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
+    except OTLPPayloadError as exc:
+        return _result(_status_body(str(exc), as_json), 400, media_type, gzip_it)
+    except (ValueError, TypeError) as exc:  # includes pydantic.ValidationError
+        return _result(_status_body(f"Invalid OTLP span: {exc}", as_json), 400, media_type, gzip_it)
+    try:
+        await add_many_spans(spans)
+    except (ValueError, TypeError) as exc:  # e.g. unknown rollout / attempt
+        return _result(_status_body(f"Spans rejected by the store: {exc}", as_json), 400, media_type, gzip_it)
+    if as_json:
+        return _result(b"{}", 200, media_type, gzip_it)
+    return _result(_empty_proto_response(), 200, media_type, gzip_it)
 
 
 async def handle_otlp_export(
@@ -280,36 +352,20 @@ async def handle_otlp_export(
     add_many_spans: Callable[[Sequence[Span]], Awaitable[Any]],
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
 ) -> Any:
-    """Handle ``POST /v1/traces``: decode, convert, allocate missing sequence ids, store (store.md 11.7).
+    """Handle ``POST /v1/traces`` for a Starlette ``request`` (see :func:`export_otlp`); returns a Starlette response."""
+    from starlette.responses import Response
 
-    ``request`` is a Starlette request. Returns 200 with an empty ``ExportTraceServiceResponse`` on success, or 400
-    with a ``google.rpc.Status`` for an unsupported content type, an undecodable body or spans the store rejects.
-    """
     headers = request.headers
-    gzip_it = _wants_gzip(headers)
-    ct = _content_type(headers)
-    if ct not in (PROTOBUF_CT, JSON_CT):
-        message = f"Unsupported Content-Type '{ct}', expected '{PROTOBUF_CT}'"
-        return _otlp_response(_status_body(message, False), 400, PROTOBUF_CT, gzip_it)
-    as_json = ct == JSON_CT
-    media_type = JSON_CT if as_json else PROTOBUF_CT
-    body = await request.body()
-    try:
-        parsed = parse_otlp_traces(body, ct, headers.get("content-encoding"))
-        spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
-    except OTLPPayloadError as exc:
-        return _otlp_response(_status_body(str(exc), as_json), 400, media_type, gzip_it)
-    except (ValueError, TypeError) as exc:  # includes pydantic.ValidationError
-        return _otlp_response(_status_body(f"Invalid OTLP span: {exc}", as_json), 400, media_type, gzip_it)
-    try:
-        await add_many_spans(spans)
-    except (ValueError, TypeError) as exc:  # e.g. unknown rollout / attempt
-        return _otlp_response(_status_body(f"Spans rejected by the store: {exc}", as_json), 400, media_type, gzip_it)
-    if as_json:
-        return _otlp_response(b"{}", 200, media_type, gzip_it)
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-
-    return _otlp_response(bytes(ExportTraceServiceResponse().SerializeToString()), 200, media_type, gzip_it)
+    result = await export_otlp(
+        headers.get("content-type"),
+        headers.get("content-encoding"),
+        headers.get("accept-encoding"),
+        request.body,
+        add_many_spans,
+        sequence_id_bulk_issuer,
+    )
+    extra = {"Content-Encoding": "gzip"} if result.gzipped else {}
+    return Response(content=result.body, status_code=result.status_code, media_type=result.media_type, headers=extra)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -18,9 +18,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.utils.otlp import (
+    JSON_CT,
     PROTOBUF_CT,
     LightningStoreOTLPExporter,
     OTLPPayloadError,
+    export_otlp,
     parse_otlp_traces,
     spans_from_proto,
 )
@@ -114,6 +116,54 @@ async def test_spans_from_proto_conversion() -> None:
     assert first.links[0].context.trace_id == "02" * 16 and first.links[0].attributes is None
     assert first.resource.schema_url == "https://schema" and first.resource.attributes["service.name"] == "svc"
     assert first.context is not None and first.context.span_id == first.span_id and first.parent is None
+
+
+def test_attribute_conversion_matches_the_generic_path() -> None:
+    from rollouthub.utils import otlp
+
+    request = _request("ro-1", "at-1", n=2)
+    extra = request.resource_spans[0].scope_spans[0].spans[0].attributes.add()
+    extra.key = "empty"  # an AnyValue without a value
+    for span in request.resource_spans[0].scope_spans[0].spans:
+        fast = otlp._attributes(span.attributes)
+        generic = {kv.key: otlp._attribute_value(otlp._any_value(kv.value)) for kv in span.attributes}
+        assert fast == generic
+        assert [type(v) for v in fast.values()] == [type(v) for v in generic.values()]
+
+
+async def test_export_otlp_without_a_web_framework() -> None:
+    stored: list[Any] = []
+    reads: list[int] = []
+
+    async def read_body() -> bytes:
+        reads.append(1)
+        return bytes(_request("ro-1", "at-1", n=2, seq=5).SerializeToString())
+
+    async def add_many(spans: Any) -> None:
+        stored.extend(spans)
+
+    async def issuer(pairs: Any) -> list[int]:
+        return list(range(len(pairs)))
+
+    result = await export_otlp(PROTOBUF_CT, None, "gzip, br", read_body, add_many, issuer)
+    assert result.status_code == 200 and result.gzipped and result.media_type == PROTOBUF_CT
+    assert gzip.decompress(result.body) == b"" and len(stored) == 2
+    assert dict(result.raw_headers()) == {
+        b"content-encoding": b"gzip",
+        b"content-length": str(len(result.body)).encode(),
+        b"content-type": PROTOBUF_CT.encode(),
+    }
+    # An unsupported content type is answered without reading the body.
+    result = await export_otlp("text/plain", None, None, read_body, add_many, issuer)
+    assert result.status_code == 400 and len(reads) == 1 and not result.gzipped
+    assert "Unsupported Content-Type 'text/plain'" in Status.FromString(result.body).message
+
+    async def reject(spans: Any) -> None:
+        raise ValueError("no such rollout")
+
+    result = await export_otlp(JSON_CT + "; charset=utf-8", None, None, read_body, reject, issuer)
+    assert result.status_code == 400 and result.media_type == JSON_CT  # a protobuf body sent as JSON
+    assert "Unable to parse OTLP traces payload" in json.loads(result.body)["message"]
 
 
 async def test_span_level_ids_override_resource_and_skip_missing() -> None:
