@@ -1,7 +1,8 @@
 """The store over HTTP: request/response models (store.md 11.4), ``LightningStoreServer`` (11.1-11.3) and the client.
 
 The FastAPI application itself (routes, middleware, OTLP, Prometheus, dashboard) lives in
-:mod:`rollouthub.store.server_app`; this module keeps the public names of the reference module
+:mod:`rollouthub.store.server_app`, the front door serving the hot routes in front of it in
+:mod:`rollouthub.store.server_fastpath`; this module keeps the public names of the reference module
 ``agentlightning.store.client_server``.
 """
 
@@ -215,6 +216,24 @@ class UpdateWorkerRequest(BaseModel):
 _DELEGATED_METHODS = tuple(name for name in LIGHTNING_STORE_METHODS if name != "add_otel_span")
 
 
+_current_pid = os.getpid()
+"""This process's id, kept current across ``fork`` (``os.getpid()`` is a system call; the delegation checks it on
+every store call)."""
+
+
+def _refresh_pid() -> None:
+    global _current_pid
+    _current_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_refresh_pid)
+
+# How the server reaches the wrapped store (see ``LightningStoreServer._call``).
+_DIRECT_ANYWHERE = 1  # zero-copy store: direct calls in any process
+_DIRECT_IN_OWNER = 2  # thread-safe store: direct calls in the owning process
+_LOCKED = 0  # other stores: calls serialized with the server's lock in the owning process
+
+
 def _normalize_cors_origins(origins: Union[Sequence[str], str, None]) -> Optional[List[str]]:
     """Apply store.md 11.8: ``None``/empty → disabled; ``"*"`` anywhere → ``["*"]``."""
     if origins is None:
@@ -287,12 +306,15 @@ class LightningStoreServer(LightningStore):
         self._owner_pid = os.getpid()
         self._client: Optional[LightningStoreClient] = None
         self._lock = threading.Lock()
-        self._caps_cache: tuple[int, LightningStoreCapabilities] | None = None
+        self._caps_cache: tuple[int, LightningStoreCapabilities, int] | None = None
 
         from .server_app import build_app
+        from .server_fastpath import build_front_door
 
         self.app: Any = build_app(self)
-        self.server_launcher = PythonServerLauncher(self.app, self.launcher_args)
+        # uvicorn serves the front door: it answers the hot routes itself and hands everything else to ``self.app``.
+        self.asgi_app: Any = build_front_door(self, self.app)
+        self.server_launcher = PythonServerLauncher(self.asgi_app, self.launcher_args)
 
     # -- pickling (11.2) -----------------------------------------------------------------------------------------------
     def __getstate__(self) -> Dict[str, Any]:
@@ -313,6 +335,7 @@ class LightningStoreServer(LightningStore):
         self._owner_pid = state["_owner_pid"]
         self.store = None
         self.app = None
+        self.asgi_app = None
         self._tracker = None
         self._cors_allow_origins = None
         self._api_token = state.get("_api_token")
@@ -357,7 +380,7 @@ class LightningStoreServer(LightningStore):
 
     # -- lifecycle -----------------------------------------------------------------------------------------------------
     def _check_owner(self, action: str) -> None:
-        if os.getpid() != self._owner_pid:
+        if _current_pid != self._owner_pid:
             raise RuntimeError(f"LightningStoreServer.{action}() must be called in the process that created it.")
 
     async def start(self) -> None:
@@ -390,7 +413,13 @@ class LightningStoreServer(LightningStore):
         if cached is not None and cached[0] == id(store):
             return cached[1]
         caps = store.capabilities
-        self._caps_cache = (id(store), caps)
+        if caps.get("zero_copy"):
+            route = _DIRECT_ANYWHERE
+        elif caps.get("thread_safe"):
+            route = _DIRECT_IN_OWNER
+        else:
+            route = _LOCKED
+        self._caps_cache = (id(store), caps, route)
         return caps
 
     def _get_client(self) -> Any:
@@ -413,13 +442,29 @@ class LightningStoreServer(LightningStore):
             pending.add_done_callback(release_when_acquired)
             raise
 
+    def _direct_store(self) -> Optional[LightningStore]:
+        """The wrapped store when calls may go straight to it: it is zero-copy, or thread-safe and this is the owning
+        process. ``None`` otherwise (``_call`` then serializes with the lock, or goes over HTTP)."""
+        store = self.store
+        if store is None:
+            return None
+        cached = self._caps_cache
+        if cached is None or cached[0] != id(store):
+            self._store_caps(store)
+            cached = self._caps_cache
+            assert cached is not None
+        route = cached[2]
+        if route == _DIRECT_ANYWHERE or (route == _DIRECT_IN_OWNER and _current_pid == self._owner_pid):
+            return store
+        return None
+
     async def _call(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
         store = self.store
         if store is not None:
             caps = self._store_caps(store)
             if caps.get("zero_copy"):
                 return await getattr(store, method_name)(*args, **kwargs)
-            if os.getpid() == self._owner_pid:
+            if _current_pid == self._owner_pid:
                 if method_name == "wait_for_rollouts" or caps.get("thread_safe"):
                     return await getattr(store, method_name)(*args, **kwargs)
                 if not self._lock.acquire(blocking=False):
@@ -448,6 +493,11 @@ async def _server_add_otel_span(
 
 def _make_delegate(name: str) -> Any:
     async def method(self: LightningStoreServer, *args: Any, **kwargs: Any) -> Any:
+        # Fast path of ``_call`` (the common case in the server process): straight to a zero-copy store, or to a
+        # thread-safe one in the owning process.
+        store = self._direct_store()
+        if store is not None:
+            return await getattr(store, name)(*args, **kwargs)
         return await self._call(name, *args, **kwargs)
 
     base = getattr(LightningStore, name)

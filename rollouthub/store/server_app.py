@@ -1,5 +1,6 @@
 """ASGI application of :class:`~rollouthub.store.client_server.LightningStoreServer`: middleware, OTLP, Prometheus,
-dashboard. The REST routes of store.md 11.6 are in :mod:`rollouthub.store.server_routes`.
+dashboard. The REST routes of store.md 11.6 are in :mod:`rollouthub.store.server_routes`; the hot routes are served
+in front of this app by :class:`rollouthub.store.server_fastpath.FrontDoor` (the ASGI callable given to uvicorn).
 
 Middleware, outermost first at request time (store.md 11.3 plus hardening):
 
@@ -13,6 +14,7 @@ Middleware, outermost first at request time (store.md 11.3 plus hardening):
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import re
@@ -21,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, MutableMapping, Optional
 
+import pydantic
 import pydantic_core
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -33,7 +36,7 @@ from .utils import LATENCY_BUCKETS
 if TYPE_CHECKING:
     from .client_server import LightningStoreServer
 
-__all__ = ["build_app", "template_http_path", "DASHBOARD_DIR"]
+__all__ = ["build_app", "error_payload", "template_http_path", "DASHBOARD_DIR"]
 
 logger = logging.getLogger("rollouthub.store.server")
 
@@ -89,10 +92,12 @@ def template_http_path(path: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _error_payload(exc: BaseException) -> tuple[int, Dict[str, Any]]:
-    """Map an exception escaping a ``/v1/agl`` handler to a status code and JSON body."""
-    import pydantic
+def error_payload(exc: BaseException) -> tuple[int, Dict[str, Any]]:
+    """Map an exception escaping a ``/v1/agl`` handler to a status code and JSON body.
 
+    ``pydantic.ValidationError`` → 400 with its text; ``ValueError``/``TypeError``/``OverflowError`` → 400 with the
+    message (or the class name); anything else → 500 with ``{"detail", "error_type", "traceback"}``.
+    """
     name = type(exc).__name__
     if isinstance(exc, pydantic.ValidationError):
         return 400, {"detail": str(exc), "error_type": name}
@@ -131,7 +136,7 @@ class ErrorMappingMiddleware:
         except Exception as exc:
             if state[0] or not path.startswith(_AGL_PREFIX):
                 raise
-            status, payload = _error_payload(exc)
+            status, payload = error_payload(exc)
             if status >= 500:
                 logger.error("Error while handling %s %s", scope.get("method"), path, exc_info=exc)
             else:
@@ -175,8 +180,6 @@ class MetricsMiddleware:
             if message["type"] == "http.response.start":
                 status[0] = str(message["status"])
             await send(message)
-
-        import asyncio
 
         try:
             await self.app(scope, receive, status_send)
@@ -261,181 +264,6 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, counting_receive, send)
-
-
-class FastPathMiddleware:
-    """Serve the hottest routes without FastAPI's routing and dependency machinery (same semantics).
-
-    Handled here: ``POST /v1/traces`` (OTLP), ``GET /v1/agl/health``, ``GET /v1/agl/resources/{id}``,
-    ``POST /v1/agl/spans/search``, ``POST /v1/agl/workers/{id}``, ``POST /v1/agl/queues/rollouts/dequeue``,
-    ``POST /v1/agl/rollouts``, ``POST /v1/agl/spans`` and ``POST /v1/agl/rollouts/{rid}/attempts/{aid}``. The body is
-    validated once, straight from JSON, into the same request models; anything unusual (non-JSON content type, empty
-    or ``null`` body where one is required, a validation error) is replayed unchanged through the FastAPI app, so error
-    responses keep FastAPI's exact shape. Store exceptions propagate to the error-mapping middleware as usual.
-    """
-
-    def __init__(self, app: ASGIApp, server: LightningStoreServer) -> None:
-        self.app = app
-        self.server = server
-        from rollouthub.types import Span
-
-        from . import server_routes as routes
-        from .client_server import (
-            DequeueManyRolloutsRequest,
-            QuerySpansRequest,
-            RolloutRequest,
-            UpdateAttemptRequest,
-            UpdateWorkerRequest,
-        )
-
-        self._routes = routes
-        self._models: Dict[str, Any] = {
-            "worker": UpdateWorkerRequest,
-            "dequeue": DequeueManyRolloutsRequest,
-            "rollout": RolloutRequest,
-            "span": Span,
-            "attempt": UpdateAttemptRequest,
-            "spans_search": QuerySpansRequest,
-        }
-
-    def _classify(self, method: str, path: str) -> Optional[tuple[str, tuple[str, ...]]]:
-        if not path.startswith("/v1/agl/"):
-            return None
-        rest = path[8:]
-        if method == "GET":
-            if rest == "health":
-                return "health", ()
-            if rest.startswith("resources/") and "/" not in rest[10:] and rest[10:] not in ("", "latest"):
-                return "resource", (rest[10:],)
-            return None
-        if method != "POST":
-            return None
-        if rest == "spans":
-            return "span", ()
-        if rest == "spans/search":
-            return "spans_search", ()
-        if rest == "rollouts":
-            return "rollout", ()
-        if rest == "queues/rollouts/dequeue":
-            return "dequeue", ()
-        parts = rest.split("/")
-        if len(parts) == 2 and parts[0] == "workers" and parts[1] and parts[1] != "search":
-            return "worker", (parts[1],)
-        if (
-            len(parts) == 4
-            and parts[0] == "rollouts"
-            and parts[2] == "attempts"
-            and parts[1]
-            and parts[3]
-            and parts[3] != "search"
-        ):
-            return "attempt", (parts[1], parts[3])
-        return None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if scope["path"] == "/v1/traces" and scope["method"] == "POST":
-            # OTLP export: the handler reads the raw body itself, so FastAPI's routing adds nothing but CPU.
-            request = Request(scope, receive)
-            response = await handle_otlp_export(
-                request, self.server.add_many_spans, self.server.get_many_span_sequence_ids
-            )
-            await response(scope, receive, send)
-            return
-        route = self._classify(scope["method"], scope["path"])
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        kind, params = route
-        if kind == "health":
-            await _send_raw(send, 200, b'{"status":"ok"}')
-            return
-        if kind == "resource":
-            await _send_raw(send, 200, await self._routes.op_get_resources_by_id(self.server, params[0]))
-            return
-        content_type = b""
-        for key, value in scope.get("headers", ()):
-            if key == b"content-type":
-                content_type = value
-                break
-        chunks: list[bytes] = []
-        try:
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    await self.app(scope, _replay(b"".join(chunks), receive, message), send)
-                    return
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    break
-        except StarletteHTTPException as exc:  # body too large
-            await _send_json(send, exc.status_code, {"detail": exc.detail})
-            return
-        body = b"".join(chunks)
-        request = self._parse(kind, body, content_type)
-        if request is _FALLBACK:
-            await self.app(scope, _replay(body, receive), send)
-            return
-        routes, server = self._routes, self.server
-        try:
-            if kind == "worker":
-                await _send_raw(send, 200, await routes.op_update_worker(server, params[0], request))
-            elif kind == "dequeue":
-                await _send_raw(send, 200, await routes.op_dequeue(server, request))
-            elif kind == "span":
-                await _send_raw(send, 201, await routes.op_add_span(server, request))
-            elif kind == "rollout":
-                await _send_raw(send, 201, await routes.op_start_rollout(server, request))
-            elif kind == "spans_search":
-                await _send_raw(send, 200, await routes.op_query_spans(server, request))
-            else:
-                await _send_raw(send, 200, await routes.op_update_attempt(server, params[0], params[1], request))
-        except StarletteHTTPException as exc:
-            await _send_json(send, exc.status_code, {"detail": exc.detail})
-
-    def _parse(self, kind: str, body: bytes, content_type: bytes) -> Any:
-        optional = kind in ("worker", "dequeue")
-        if not body.strip():
-            return None if optional else _FALLBACK
-        if not content_type.startswith(b"application/json"):
-            return _FALLBACK
-        import pydantic
-
-        try:
-            return self._models[kind].model_validate_json(body)
-        except (pydantic.ValidationError, ValueError):
-            return _FALLBACK
-
-
-_FALLBACK: Any = object()
-
-
-def _replay(body: bytes, receive: Receive, pending: Optional[Message] = None) -> Receive:
-    """A ``receive`` that first yields the already-read body, then defers to the original channel."""
-    sent = [False]
-
-    async def replayed() -> Message:
-        if not sent[0]:
-            sent[0] = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        if pending is not None:
-            return pending
-        return await receive()
-
-    return replayed
-
-
-async def _send_raw(send: Send, status: int, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -529,8 +357,8 @@ def build_app(server: LightningStoreServer) -> FastAPI:
             return Response(status_code=exc.status_code, headers=headers)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
-    # Registration order: later middleware wraps earlier ones (the last added is the outermost).
-    app.add_middleware(FastPathMiddleware, server=server)  # type: ignore[arg-type]
+    # Registration order: later middleware wraps earlier ones (the last added is the outermost). The hot routes do not
+    # come here: the front door (server_fastpath.FrontDoor) serves them with the same checks in the same order.
     app.add_middleware(BodyLimitMiddleware, max_bytes=server._max_body_bytes)  # type: ignore[arg-type]
     if server._api_token:
         app.add_middleware(

@@ -8,6 +8,7 @@ rollouts keep their ``attempt``), which avoids FastAPI's second validation pass 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Type, Union
 
 import pydantic_core
@@ -52,34 +53,57 @@ if TYPE_CHECKING:
 __all__ = [
     "build_router",
     "validate_pagination",
+    "NAMED_RESOURCES",
+    "dump_json",
+    "op_add_resources",
     "op_add_span",
     "op_dequeue",
+    "op_enqueue",
+    "op_get_latest_resources",
+    "op_get_next_span_sequence_id",
+    "op_get_resources_by_id",
+    "op_get_rollout_by_id",
+    "op_query_attempts",
+    "op_query_spans",
+    "op_search_rollouts",
     "op_start_rollout",
     "op_update_attempt",
+    "op_update_resources",
     "op_update_worker",
+    "op_wait_for_rollouts",
 ]
 
+logger = logging.getLogger("rollouthub.store.server")
+
 _JSON = "application/json"
-_NULL = b"null"
 _PLAIN_ROLLOUTS = TypeAdapter(List[Rollout])
+_dump_plain_rollouts = _PLAIN_ROLLOUTS.dump_json
+_INF = float("inf")
+
+NAMED_RESOURCES: TypeAdapter[NamedResources] = TypeAdapter(NamedResources)
+"""Validator of the ``NamedResources`` body of ``POST /resources`` and ``POST /resources/{id}``."""
+
+dump_json = pydantic_core.to_json
+"""Serialize a response payload to JSON bytes (models by their own runtime type: attempted rollouts keep ``attempt``)."""
+_dump = dump_json
 
 
 def _json(payload: Any, status_code: int = 200) -> Response:
-    return Response(content=pydantic_core.to_json(payload), status_code=status_code, media_type=_JSON)
+    return Response(content=_dump(payload), status_code=status_code, media_type=_JSON)
 
 
-def _paginated(result: Any) -> Response:
+def _paginated_bytes(result: Any) -> bytes:
     if isinstance(result, PaginatedResult):
         payload = {"items": list(result.items), "limit": result.limit, "offset": result.offset, "total": result.total}
     else:  # a plain list from a non-conforming store (11.5)
-        import logging
-
-        logging.getLogger("rollouthub.store.server").warning(
-            "Store returned a %s instead of a PaginatedResult; wrapping it", type(result).__name__
-        )
+        logger.warning("Store returned a %s instead of a PaginatedResult; wrapping it", type(result).__name__)
         items = list(result)
         payload = {"items": items, "limit": -1, "offset": 0, "total": len(items)}
-    return _json(payload)
+    return _dump(payload)
+
+
+def _paginated(result: Any) -> Response:
+    return _raw(_paginated_bytes(result))
 
 
 def validate_pagination(
@@ -116,24 +140,41 @@ def _provided(request: BaseModel, field: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Hot-path operations shared by the FastAPI routes and the fast-path middleware (server_app.FastPathMiddleware)
+# Operations shared by the FastAPI routes and the front door (server_fastpath.FrontDoor): each returns the JSON body
+# of the success response and raises ``HTTPException`` (4xx) or the store's own exception.
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def _dump(payload: Any) -> bytes:
-    return pydantic_core.to_json(payload)
 
 
 async def op_dequeue(server: LightningStoreServer, request: Optional[DequeueManyRolloutsRequest]) -> bytes:
     """``POST /queues/rollouts/dequeue``: ``limit <= 0`` → ``[]``; 1 → ``dequeue_rollout``; else ``dequeue_many``."""
-    limit = request.limit if request is not None else 1
-    worker_id = request.worker_id if request is not None else None
+    if request is None:
+        limit, worker_id = 1, None
+    else:
+        limit, worker_id = request.limit, request.worker_id
     if limit <= 0:
         return b"[]"
     if limit == 1:
         attempted = await server.dequeue_rollout(worker_id=worker_id)
-        return _dump([attempted] if attempted is not None else [])
+        return _dump([attempted]) if attempted is not None else b"[]"
     return _dump(list(await server.dequeue_many_rollouts(limit=limit, worker_id=worker_id)))
+
+
+async def op_enqueue(server: LightningStoreServer, request: EnqueueManyRolloutsRequest) -> bytes:
+    """``POST /queues/rollouts/enqueue`` (answered with 201): one item → ``enqueue_rollout``, else ``enqueue_many``."""
+    items = request.rollouts
+    if not items:
+        return b"[]"
+    if len(items) == 1:
+        item = items[0]
+        rollout = await server.enqueue_rollout(
+            input=item.input,
+            mode=item.mode,
+            resources_id=item.resources_id,
+            config=item.config,
+            metadata=item.metadata,
+        )
+        return _dump([rollout])
+    return _dump(list(await server.enqueue_many_rollouts(items)))
 
 
 async def op_start_rollout(server: LightningStoreServer, request: RolloutRequest) -> bytes:
@@ -149,18 +190,63 @@ async def op_start_rollout(server: LightningStoreServer, request: RolloutRequest
     return _dump(attempted)
 
 
+async def op_get_rollout_by_id(server: LightningStoreServer, rollout_id: str) -> bytes:
+    """``GET /rollouts/{rollout_id}``: the rollout (with its latest attempt when it has one) or ``null``."""
+    return _dump(await server.get_rollout_by_id(rollout_id))
+
+
+async def op_search_rollouts(server: LightningStoreServer, request: QueryRolloutsRequest) -> bytes:
+    """``POST /rollouts/search``: validate pagination (11.5); ``status_in``/``rollout_id_in`` apply only when present."""
+    validate_pagination(
+        Rollout,
+        sort_by=request.sort_by,
+        sort_order=request.sort_order,
+        limit=request.limit,
+        offset=request.offset,
+        filter_logic=request.filter_logic,
+    )
+    fields = request.model_fields_set
+    result = await server.query_rollouts(
+        status_in=request.status_in if "status_in" in fields else None,
+        rollout_id_in=request.rollout_id_in if "rollout_id_in" in fields else None,
+        rollout_id_contains=request.rollout_id_contains,
+        filter_logic=request.filter_logic,
+        sort_by=request.sort_by,
+        sort_order=request.sort_order,
+        limit=request.limit,
+        offset=request.offset,
+    )
+    return _paginated_bytes(result)
+
+
+async def op_query_attempts(server: LightningStoreServer, rollout_id: str, request: QueryAttemptsRequest) -> bytes:
+    """``GET /rollouts/{rollout_id}/attempts`` and ``POST …/attempts/search``: pagination check, ``query_attempts``."""
+    validate_pagination(
+        Attempt, sort_by=request.sort_by, sort_order=request.sort_order, limit=request.limit, offset=request.offset
+    )
+    result = await server.query_attempts(
+        rollout_id,
+        sort_by=request.sort_by,
+        sort_order=request.sort_order,
+        limit=request.limit,
+        offset=request.offset,
+    )
+    return _paginated_bytes(result)
+
+
 async def op_update_attempt(
     server: LightningStoreServer, rollout_id: str, attempt_id: str, request: UpdateAttemptRequest
 ) -> bytes:
     """``POST /rollouts/{rollout_id}/attempts/{attempt_id}`` with presence semantics (explicit nulls → 400)."""
-    _reject_nulls(request, ("status", "worker_id", "last_heartbeat_time", "metadata"))
+    fields = request.model_fields_set
+    if fields:
+        _reject_nulls(request, ("status", "worker_id", "last_heartbeat_time", "metadata"))
+    status: Any = request.status if "status" in fields else UNSET
+    worker_id: Any = request.worker_id if "worker_id" in fields else UNSET
+    heartbeat: Any = request.last_heartbeat_time if "last_heartbeat_time" in fields else UNSET
+    metadata: Any = request.metadata if "metadata" in fields else UNSET
     attempt = await server.update_attempt(
-        rollout_id,
-        attempt_id,
-        status=_provided(request, "status"),
-        worker_id=_provided(request, "worker_id"),
-        last_heartbeat_time=_provided(request, "last_heartbeat_time"),
-        metadata=_provided(request, "metadata"),
+        rollout_id, attempt_id, status=status, worker_id=worker_id, last_heartbeat_time=heartbeat, metadata=metadata
     )
     return _dump(attempt)
 
@@ -177,9 +263,30 @@ async def op_update_worker(
     return _dump(await server.update_worker(worker_id, heartbeat_stats=stats))
 
 
+async def op_add_resources(server: LightningStoreServer, resources: NamedResources) -> bytes:
+    """``POST /resources`` (answered with 201): store a new snapshot."""
+    return _dump(await server.add_resources(resources))
+
+
+async def op_update_resources(server: LightningStoreServer, resources_id: str, resources: NamedResources) -> bytes:
+    """``POST /resources/{resources_id}``: create or update the snapshot with this id."""
+    return _dump(await server.update_resources(resources_id, resources))
+
+
+async def op_get_latest_resources(server: LightningStoreServer) -> bytes:
+    """``GET /resources/latest``: the latest snapshot or ``null``."""
+    return _dump(await server.get_latest_resources())
+
+
+async def op_get_resources_by_id(server: LightningStoreServer, resources_id: str) -> bytes:
+    """``GET /resources/{resources_id}``: the snapshot or ``null``."""
+    return _dump(await server.get_resources_by_id(resources_id))
+
+
 async def op_add_span(server: LightningStoreServer, span: Span) -> bytes:
     """``POST /spans`` (answered with 201; ``null`` for a duplicate)."""
-    return _dump(await server.add_span(span))
+    stored = await server.add_span(span)
+    return _dump(stored) if stored is not None else b"null"
 
 
 async def op_query_spans(server: LightningStoreServer, request: QuerySpansRequest) -> bytes:
@@ -209,12 +316,23 @@ async def op_query_spans(server: LightningStoreServer, request: QuerySpansReques
         sort_by=request.sort_by,
         sort_order=request.sort_order,
     )
-    return bytes(_paginated(result).body)
+    return _paginated_bytes(result)
 
 
-async def op_get_resources_by_id(server: LightningStoreServer, resources_id: str) -> bytes:
-    """``GET /resources/{resources_id}``: the snapshot or ``null``."""
-    return _dump(await server.get_resources_by_id(resources_id))
+async def op_get_next_span_sequence_id(server: LightningStoreServer, request: NextSequenceIdRequest) -> bytes:
+    """``POST /spans/next``: allocate the next span sequence id of a rollout attempt."""
+    sequence_id = await server.get_next_span_sequence_id(request.rollout_id, request.attempt_id)
+    return _dump({"sequence_id": int(sequence_id)})
+
+
+async def op_wait_for_rollouts(server: LightningStoreServer, request: WaitForRolloutsRequest) -> bytes:
+    """``POST /waits/rollouts``: wait up to ``timeout`` seconds; the finished rollouts, without their attempts."""
+    timeout = request.timeout
+    if timeout is not None and not (0 <= timeout < _INF):
+        raise HTTPException(400, "timeout must be a finite, non-negative number of seconds (or null)")
+    rollouts = await server.wait_for_rollouts(rollout_ids=request.rollout_ids, timeout=timeout)
+    plain = [r if type(r) is Rollout else Rollout.model_validate(r.model_dump(exclude={"attempt"})) for r in rollouts]
+    return _dump_plain_rollouts(plain)
 
 
 def _raw(body: bytes, status_code: int = 200) -> Response:
@@ -234,20 +352,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/queues/rollouts/enqueue", status_code=201, response_model=List[Rollout])
     async def enqueue_rollouts(request: EnqueueManyRolloutsRequest) -> Response:
         """Enqueue one or more rollouts (store.md 11.6); 201 with the rollouts in input order."""
-        items = request.rollouts
-        if not items:
-            return _json([], 201)
-        if len(items) == 1:
-            item = items[0]
-            rollout = await server.enqueue_rollout(
-                input=item.input,
-                mode=item.mode,
-                resources_id=item.resources_id,
-                config=item.config,
-                metadata=item.metadata,
-            )
-            return _json([rollout], 201)
-        return _json(list(await server.enqueue_many_rollouts(items)), 201)
+        return _raw(await op_enqueue(server, request), 201)
 
     @router.post("/queues/rollouts/dequeue", response_model=List[AttemptedRollout])
     async def dequeue_rollouts(request: Optional[DequeueManyRolloutsRequest] = None) -> Response:
@@ -290,31 +395,12 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/rollouts/search", response_model=PaginatedResult[Union[AttemptedRollout, Rollout]])
     async def search_rollouts(request: QueryRolloutsRequest) -> Response:
         """Query rollouts (JSON body); ``status_in``/``rollout_id_in`` apply only when present."""
-        validate_pagination(
-            Rollout,
-            sort_by=request.sort_by,
-            sort_order=request.sort_order,
-            limit=request.limit,
-            offset=request.offset,
-            filter_logic=request.filter_logic,
-        )
-        fields = request.model_fields_set
-        result = await server.query_rollouts(
-            status_in=request.status_in if "status_in" in fields else None,
-            rollout_id_in=request.rollout_id_in if "rollout_id_in" in fields else None,
-            rollout_id_contains=request.rollout_id_contains,
-            filter_logic=request.filter_logic,
-            sort_by=request.sort_by,
-            sort_order=request.sort_order,
-            limit=request.limit,
-            offset=request.offset,
-        )
-        return _paginated(result)
+        return _raw(await op_search_rollouts(server, request))
 
     @router.get("/rollouts/{rollout_id}", response_model=Optional[Union[AttemptedRollout, Rollout]])
     async def get_rollout_by_id(rollout_id: str) -> Response:
         """One rollout (with its latest attempt when it has one), or ``null``."""
-        return _json(await server.get_rollout_by_id(rollout_id))
+        return _raw(await op_get_rollout_by_id(server, rollout_id))
 
     @router.post("/rollouts/{rollout_id}", response_model=Rollout)
     async def update_rollout(rollout_id: str, request: UpdateRolloutRequest) -> Response:
@@ -356,17 +442,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/rollouts/{rollout_id}/attempts/search", response_model=PaginatedResult[Attempt])
     async def search_attempts(rollout_id: str, request: QueryAttemptsRequest) -> Response:
         """Attempts of a rollout (JSON body)."""
-        validate_pagination(
-            Attempt, sort_by=request.sort_by, sort_order=request.sort_order, limit=request.limit, offset=request.offset
-        )
-        result = await server.query_attempts(
-            rollout_id,
-            sort_by=request.sort_by,
-            sort_order=request.sort_order,
-            limit=request.limit,
-            offset=request.offset,
-        )
-        return _paginated(result)
+        return _raw(await op_query_attempts(server, rollout_id, request))
 
     @router.get("/rollouts/{rollout_id}/attempts/latest", response_model=Optional[Attempt])
     async def get_latest_attempt(rollout_id: str) -> Response:
@@ -467,22 +543,22 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/resources", status_code=201, response_model=ResourcesUpdate)
     async def add_resources(resources: NamedResources = Body(...)) -> Response:
         """Store a new resources snapshot; 201."""
-        return _json(await server.add_resources(resources), 201)
+        return _raw(await op_add_resources(server, resources), 201)
 
     @router.get("/resources/latest", response_model=Optional[ResourcesUpdate])
     async def get_latest_resources() -> Response:
         """The latest resources snapshot, or ``null``."""
-        return _json(await server.get_latest_resources())
+        return _raw(await op_get_latest_resources(server))
 
     @router.post("/resources/{resources_id}", response_model=ResourcesUpdate)
     async def update_resources(resources_id: str, resources: NamedResources = Body(...)) -> Response:
         """Create or update the snapshot with this id."""
-        return _json(await server.update_resources(resources_id, resources))
+        return _raw(await op_update_resources(server, resources_id, resources))
 
     @router.get("/resources/{resources_id}", response_model=Optional[ResourcesUpdate])
     async def get_resources_by_id(resources_id: str) -> Response:
         """One resources snapshot, or ``null``."""
-        return _json(await server.get_resources_by_id(resources_id))
+        return _raw(await op_get_resources_by_id(server, resources_id))
 
     # -- spans ---------------------------------------------------------------------------------------------------------
     @router.post("/spans", status_code=201, response_model=Optional[Span])
@@ -536,19 +612,12 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/spans/next", response_model=NextSequenceIdResponse)
     async def get_next_span_sequence_id(request: NextSequenceIdRequest) -> Response:
         """Allocate the next span sequence id of a rollout."""
-        sequence_id = await server.get_next_span_sequence_id(request.rollout_id, request.attempt_id)
-        return _json({"sequence_id": int(sequence_id)})
+        return _raw(await op_get_next_span_sequence_id(server, request))
 
     # -- waits ---------------------------------------------------------------------------------------------------------
     @router.post("/waits/rollouts", response_model=List[Rollout])
     async def wait_for_rollouts(request: WaitForRolloutsRequest) -> Response:
         """Wait up to ``timeout`` seconds for rollouts to finish; returns the finished ones."""
-        if request.timeout is not None and not (0 <= request.timeout < float("inf")):
-            raise HTTPException(400, "timeout must be a finite, non-negative number of seconds (or null)")
-        rollouts = await server.wait_for_rollouts(rollout_ids=request.rollout_ids, timeout=request.timeout)
-        plain = [
-            r if type(r) is Rollout else Rollout.model_validate(r.model_dump(exclude={"attempt"})) for r in rollouts
-        ]
-        return Response(content=_PLAIN_ROLLOUTS.dump_json(plain), media_type=_JSON)
+        return _raw(await op_wait_for_rollouts(server, request))
 
     return router

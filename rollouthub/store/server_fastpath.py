@@ -1,0 +1,617 @@
+"""The store server's *front door*: the ASGI callable given to uvicorn, serving the hot routes by itself.
+
+Every request of a training loop (runners' dequeue/heartbeat/span/attempt updates, the algorithm's enqueue/resources/
+wait calls, OTLP exports) is handled here completely -- bearer auth, body limit, request parsing, the store call, error
+mapping, metrics, the debug timing log and CORS -- without FastAPI's routing, dependency injection and middleware
+layers. Everything else (other routes, other methods, ``OPTIONS`` preflights, the dashboard, docs) goes to the FastAPI
+app (``LightningStoreServer.app``) with its full middleware stack, unchanged.
+
+A hot request the front door cannot take as is -- a body that is not JSON with an ``application/json`` content type,
+fails validation, or a missing required body -- is replayed unchanged through the FastAPI app, so error responses keep
+FastAPI's exact shape. The responses of the front door equal those of the FastAPI route (same status codes, JSON bodies
+and headers; ``tests/store/test_server_fastpath.py`` checks every hot route against the app).
+
+Outermost first, the order of the checks mirrors the FastAPI app's middleware: error mapping (store ``ValueError`` etc.
+→ 400 with ``error_type``, sent without CORS headers like :class:`~rollouthub.store.server_app.ErrorMappingMiddleware`)
+→ metrics → CORS → bearer auth → body limit → route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rollouthub.types import Span
+from rollouthub.utils.otlp import export_otlp
+
+from . import server_routes as routes
+from .client_server import (
+    DequeueManyRolloutsRequest,
+    EnqueueManyRolloutsRequest,
+    NextSequenceIdRequest,
+    QueryAttemptsRequest,
+    QueryRolloutsRequest,
+    QuerySpansRequest,
+    RolloutRequest,
+    UpdateAttemptRequest,
+    UpdateWorkerRequest,
+    WaitForRolloutsRequest,
+)
+from .server_app import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    error_payload,
+    logger,
+    template_http_path,
+)
+from .utils import LATENCY_BUCKETS
+
+if TYPE_CHECKING:
+    from .client_server import LightningStoreServer
+
+__all__ = ["FrontDoor", "HotRoute", "build_front_door"]
+
+_DEBUG = logging.DEBUG
+_perf_counter = time.perf_counter
+_compare_digest = hmac.compare_digest
+_JSON_HEADER = (b"content-type", b"application/json")
+_TEXT_500 = b"Internal Server Error"
+_RESPONSE_KEY = "rollouthub.response"
+_FALLBACK: Any = object()
+"""Marker of a request body the front door does not take (it is replayed through the FastAPI app)."""
+
+Handler = Callable[[Any, Tuple[str, ...], Any], Awaitable[bytes]]
+
+
+class HotRoute:
+    """One route served by the front door.
+
+    ``validate`` parses a JSON body (``None`` for routes without a body), ``optional_body`` makes an empty body mean
+    ``None`` (FastAPI's ``Optional[Model] = None`` body), ``status`` is the success status code and ``templated`` says
+    whether the metrics path label needs :func:`template_http_path` (routes with path parameters).
+    """
+
+    __slots__ = ("name", "handler", "validate", "optional_body", "status", "templated", "auth_exempt")
+
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        validate: Optional[Callable[[bytes], Any]] = None,
+        *,
+        optional_body: bool = False,
+        status: int = 200,
+        templated: bool = False,
+        auth_exempt: bool = False,
+    ) -> None:
+        self.name = name
+        self.handler = handler
+        self.validate = validate
+        self.optional_body = optional_body
+        self.status = status
+        self.templated = templated
+        self.auth_exempt = auth_exempt
+
+
+# -- handlers: (server, path parameters, parsed body) -> JSON bytes of the success response ---------------------------
+
+
+async def _health(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return b'{"status":"ok"}'
+
+
+async def _enqueue(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_enqueue(server, request)
+
+
+async def _dequeue(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_dequeue(server, request)
+
+
+async def _start_rollout(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_start_rollout(server, request)
+
+
+async def _search_rollouts(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_search_rollouts(server, request)
+
+
+async def _get_rollout(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_get_rollout_by_id(server, params[0])
+
+
+async def _search_attempts(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_query_attempts(server, params[0], request)
+
+
+async def _update_attempt(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_update_attempt(server, params[0], params[1], request)
+
+
+async def _update_worker(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_update_worker(server, params[0], request)
+
+
+async def _add_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_add_resources(server, request)
+
+
+async def _update_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_update_resources(server, params[0], request)
+
+
+async def _get_latest_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_get_latest_resources(server)
+
+
+async def _get_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_get_resources_by_id(server, params[0])
+
+
+async def _add_span(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_add_span(server, request)
+
+
+async def _search_spans(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_query_spans(server, request)
+
+
+async def _next_sequence_id(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_get_next_span_sequence_id(server, request)
+
+
+async def _wait_for_rollouts(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
+    return await routes.op_wait_for_rollouts(server, request)
+
+
+def _validator(model: Any) -> Callable[[bytes], Any]:
+    return model.__pydantic_validator__.validate_json  # type: ignore[no-any-return]
+
+
+HEALTH = HotRoute("health", _health, auth_exempt=True)
+ENQUEUE = HotRoute("enqueue", _enqueue, _validator(EnqueueManyRolloutsRequest), status=201)
+DEQUEUE = HotRoute("dequeue", _dequeue, _validator(DequeueManyRolloutsRequest), optional_body=True)
+START_ROLLOUT = HotRoute("start_rollout", _start_rollout, _validator(RolloutRequest), status=201)
+SEARCH_ROLLOUTS = HotRoute("search_rollouts", _search_rollouts, _validator(QueryRolloutsRequest))
+GET_ROLLOUT = HotRoute("get_rollout", _get_rollout, templated=True)
+SEARCH_ATTEMPTS = HotRoute("search_attempts", _search_attempts, _validator(QueryAttemptsRequest), templated=True)
+UPDATE_ATTEMPT = HotRoute("update_attempt", _update_attempt, _validator(UpdateAttemptRequest), templated=True)
+UPDATE_WORKER = HotRoute(
+    "update_worker", _update_worker, _validator(UpdateWorkerRequest), optional_body=True, templated=True
+)
+ADD_RESOURCES = HotRoute("add_resources", _add_resources, routes.NAMED_RESOURCES.validate_json, status=201)
+UPDATE_RESOURCES = HotRoute("update_resources", _update_resources, routes.NAMED_RESOURCES.validate_json, templated=True)
+GET_LATEST_RESOURCES = HotRoute("get_latest_resources", _get_latest_resources)
+GET_RESOURCES = HotRoute("get_resources", _get_resources, templated=True)
+ADD_SPAN = HotRoute("add_span", _add_span, _validator(Span), status=201)
+SEARCH_SPANS = HotRoute("search_spans", _search_spans, _validator(QuerySpansRequest))
+NEXT_SEQUENCE_ID = HotRoute("next_sequence_id", _next_sequence_id, _validator(NextSequenceIdRequest))
+WAIT_FOR_ROLLOUTS = HotRoute("wait_for_rollouts", _wait_for_rollouts, _validator(WaitForRolloutsRequest))
+OTLP_TRACES = HotRoute("otlp_traces", _health)  # handled specially (raw body, OTLP responses)
+
+_EXACT_GET: Dict[str, HotRoute] = {"health": HEALTH, "resources/latest": GET_LATEST_RESOURCES}
+_EXACT_POST: Dict[str, HotRoute] = {
+    "queues/rollouts/enqueue": ENQUEUE,
+    "queues/rollouts/dequeue": DEQUEUE,
+    "rollouts": START_ROLLOUT,
+    "rollouts/search": SEARCH_ROLLOUTS,
+    "resources": ADD_RESOURCES,
+    "spans": ADD_SPAN,
+    "spans/search": SEARCH_SPANS,
+    "spans/next": NEXT_SEQUENCE_ID,
+    "waits/rollouts": WAIT_FOR_ROLLOUTS,
+}
+_NO_PARAMS: Tuple[str, ...] = ()
+
+
+def classify(method: str, path: str) -> Optional[Tuple[HotRoute, Tuple[str, ...]]]:
+    """The hot route serving ``method path`` and its path parameters, or ``None`` (the request goes to FastAPI).
+
+    Matches exactly the paths FastAPI's router would send to the same handler (route registration order included,
+    e.g. ``POST /workers/search`` is the search route, not ``update_worker("search")``); path parameters never contain
+    ``/`` and are never empty.
+    """
+    if not path.startswith("/v1/agl/"):
+        if path == "/v1/traces" and method == "POST":
+            return OTLP_TRACES, _NO_PARAMS
+        return None
+    rest = path[8:]
+    if method == "POST":
+        route = _EXACT_POST.get(rest)
+        if route is not None:
+            return route, _NO_PARAMS
+        parts = rest.split("/")
+        n = len(parts)
+        if n == 4:
+            rollout_id, attempt_id = parts[1], parts[3]
+            if parts[0] == "rollouts" and parts[2] == "attempts" and rollout_id and attempt_id:
+                if attempt_id == "search":
+                    return SEARCH_ATTEMPTS, (rollout_id,)
+                return UPDATE_ATTEMPT, (rollout_id, attempt_id)
+        elif n == 2 and parts[1]:
+            if parts[0] == "workers":
+                return (UPDATE_WORKER, (parts[1],)) if parts[1] != "search" else None
+            if parts[0] == "resources":
+                return UPDATE_RESOURCES, (parts[1],)
+        return None
+    if method == "GET":
+        route = _EXACT_GET.get(rest)
+        if route is not None:
+            return route, _NO_PARAMS
+        parts = rest.split("/")
+        if len(parts) == 2 and parts[1]:
+            if parts[0] == "rollouts":
+                return GET_ROLLOUT, (parts[1],)
+            if parts[0] == "resources":  # "latest" is matched above
+                return GET_RESOURCES, (parts[1],)
+    return None
+
+
+def _is_json_content_type(value: bytes) -> bool:
+    """``application/json`` (optionally with parameters): a type FastAPI also parses as JSON. Others fall back."""
+    return value == b"application/json" or value.startswith(b"application/json;")
+
+
+def _replay(body: bytes, receive: Receive, pending: Optional[Message] = None) -> Receive:
+    """A ``receive`` that first yields the already-read body, then defers to the original channel."""
+    sent = [False]
+
+    async def replayed() -> Message:
+        if not sent[0]:
+            sent[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        if pending is not None:
+            return pending
+        return await receive()
+
+    return replayed
+
+
+class _TooLarge(Exception):
+    """The streamed request body exceeded the limit."""
+
+
+async def _send_response(
+    send: Send, status: int, body: bytes, headers: Optional[List[Tuple[bytes, bytes]]] = None
+) -> None:
+    if headers is None:
+        headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FrontDoor:
+    """ASGI front door of the store server: serves the :func:`classify` routes itself, the rest through ``app``.
+
+    Args:
+        app: The FastAPI app with its full middleware stack (receives every request the front door does not serve).
+        server: The :class:`~rollouthub.store.client_server.LightningStoreServer` whose methods the routes call.
+        api_token: Bearer token required on every hot route except the health check (``None``: no auth).
+        max_body_bytes: Request body limit (413 above it; ``<= 0`` disables it).
+        tracker: Metrics backend recording ``agl.http.total`` / ``agl.http.latency``, or ``None``.
+        cors_origins: Allowed CORS origins (``None``: no CORS); responses then pass Starlette's ``CORSMiddleware``
+            configured exactly like the app's.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        server: LightningStoreServer,
+        *,
+        api_token: Optional[str] = None,
+        max_body_bytes: int = 0,
+        tracker: Any = None,
+        cors_origins: Optional[List[str]] = None,
+    ) -> None:
+        self.app = app
+        self.server = server
+        self._expected_auth = f"Bearer {api_token}".encode() if api_token else None
+        self._limit = int(max_body_bytes)
+        self._tracker = tracker
+        if tracker is not None:  # the same definitions as MetricsMiddleware's (registering twice is a no-op)
+            tracker.register_counter("agl.http.total", ["path", "method", "status"], group_level=2)
+            tracker.register_histogram(
+                "agl.http.latency", ["path", "method", "status"], buckets=LATENCY_BUCKETS, group_level=2
+            )
+        self._cors: Optional[ASGIApp] = None
+        if cors_origins:
+            from starlette.middleware.cors import CORSMiddleware
+
+            self._cors = CORSMiddleware(
+                self._emit,
+                allow_origins=cors_origins,
+                allow_methods=["*"],
+                allow_headers=["*"],
+                allow_credentials=True,
+                expose_headers=["*"],
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI request (or hand it to the FastAPI app)."""
+        if scope["type"] == "http":
+            match = classify(scope["method"], scope["path"])
+            if match is not None:
+                await self._serve(scope, receive, send, match[0], match[1])
+                return
+        await self.app(scope, receive, send)
+
+    # -- responses -----------------------------------------------------------------------------------------------------
+    async def _emit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Innermost app of the CORS wrapper: send the response prepared in ``scope``."""
+        status, body, headers = scope.pop(_RESPONSE_KEY)
+        await _send_response(send, status, body, headers)
+
+    async def _respond(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        status: int,
+        body: bytes,
+        headers: Optional[List[Tuple[bytes, bytes]]] = None,
+    ) -> None:
+        """Send a response that passes CORS (everything except mapped application errors, as in the app)."""
+        if self._cors is None:
+            await _send_response(send, status, body, headers)
+        else:
+            scope[_RESPONSE_KEY] = (status, body, headers)
+            await self._cors(scope, receive, send)
+
+    async def _detail(self, scope: Scope, receive: Receive, send: Send, exc: StarletteHTTPException) -> int:
+        """Answer an ``HTTPException`` like the app's exception handler (``{"detail": …}`` plus its headers)."""
+        body = routes.dump_json({"detail": exc.detail})
+        headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body))]
+        for key, value in (getattr(exc, "headers", None) or {}).items():
+            headers.append((key.lower().encode("latin-1"), value.encode("latin-1")))
+        await self._respond(scope, receive, send, exc.status_code, body, headers)
+        return exc.status_code
+
+    # -- request handling ----------------------------------------------------------------------------------------------
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, route: HotRoute, params: Tuple[str, ...]
+    ) -> None:
+        debug = logger.isEnabledFor(_DEBUG)
+        if not debug and self._tracker is None:
+            try:
+                await self._handle(scope, receive, send, route, params)
+            except _MappedError:
+                pass
+            return
+        t0 = _perf_counter()
+        try:
+            status = await self._handle(scope, receive, send, route, params)
+        except asyncio.CancelledError:
+            await self._finish(scope, route, t0, debug, 500, "499")
+            raise
+        except _MappedError as mapped:
+            await self._finish(scope, route, t0, debug, mapped.status, mapped.label)
+            return
+        except Exception as exc:
+            await self._finish(scope, route, t0, debug, 500, type(exc).__name__)
+            raise
+        if status is not None:  # None: replayed through the FastAPI app, which logs and records the request itself
+            await self._finish(scope, route, t0, debug, status, str(status))
+
+    async def _finish(
+        self, scope: Scope, route: HotRoute, t0: float, debug: bool, log_status: int, metric_status: str
+    ) -> None:
+        """Record the HTTP metrics (like ``MetricsMiddleware``) and the debug timing line (like the error mapping)."""
+        tracker = self._tracker
+        if tracker is not None:
+            path = scope["path"]
+            labels = {
+                "path": template_http_path(path) if route.templated else path,
+                "method": scope["method"],
+                "status": metric_status,
+            }
+            try:
+                await tracker.inc_counter("agl.http.total", 1.0, labels)
+                await tracker.observe_histogram("agl.http.latency", _perf_counter() - t0, labels)
+            except Exception:  # noqa: BLE001 - metrics must never break a request
+                logger.debug("Failed to record HTTP metrics", exc_info=True)
+        if debug:
+            client = scope.get("client")
+            logger.debug(
+                '%s - "%s %s HTTP/%s" %s in %.2f ms',
+                f"{client[0]}:{client[1]}" if client else "-",
+                scope.get("method"),
+                scope["path"],
+                scope.get("http_version", "1.1"),
+                log_status,
+                (_perf_counter() - t0) * 1000,
+            )
+
+    async def _handle(
+        self, scope: Scope, receive: Receive, send: Send, route: HotRoute, params: Tuple[str, ...]
+    ) -> Optional[int]:
+        """Serve the request; the status code sent, or ``None`` when the request was replayed through the app."""
+        authorization: Optional[bytes] = None
+        content_type = b""
+        content_length: Optional[bytes] = None
+        for key, value in scope["headers"]:
+            if key == b"content-type":
+                if not content_type:
+                    content_type = value
+            elif key == b"content-length":
+                if content_length is None:
+                    content_length = value
+            elif key == b"authorization":
+                if authorization is None:
+                    authorization = value
+        expected = self._expected_auth
+        if expected is not None and not route.auth_exempt:
+            provided = authorization or b""
+            if not _compare_digest(provided, expected):
+                detail = b"Missing bearer token" if not provided else b"Invalid bearer token"
+                body = b'{"detail":"' + detail + b'"}'
+                headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body)), (b"www-authenticate", b"Bearer")]
+                await self._respond(scope, receive, send, 401, body, headers)
+                return 401
+        limit = self._limit
+        if limit > 0 and content_length is not None:
+            try:
+                declared = int(content_length)
+            except ValueError:
+                await self._respond(scope, receive, send, 400, b'{"detail":"Invalid Content-Length header"}')
+                return 400
+            if declared > limit:
+                return await self._too_large(scope, receive, send)
+        if route is OTLP_TRACES:
+            return await self._otlp(scope, receive, send)
+        request: Any = None
+        if route.validate is not None:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay(b"", receive, message), send)
+                return None
+            body = message.get("body", b"")
+            if message.get("more_body", False):
+                try:
+                    body = await self._read_more(receive, body)
+                except _TooLarge:
+                    return await self._too_large(scope, receive, send)
+                if isinstance(body, tuple):  # disconnected mid-body
+                    await self.app(scope, _replay(body[0], receive, body[1]), send)
+                    return None
+            elif limit > 0 and len(body) > limit:
+                return await self._too_large(scope, receive, send)
+            request = self._parse(route, body, content_type)
+            if request is _FALLBACK:
+                await self.app(scope, _replay(body, receive), send)
+                return None
+        try:
+            payload = await route.handler(self.server, params, request)
+        except StarletteHTTPException as exc:
+            return await self._detail(scope, receive, send, exc)
+        except Exception as exc:
+            raise await self._map_error(scope, send, exc) from exc
+        status = route.status
+        await self._respond(scope, receive, send, status, payload)
+        return status
+
+    async def _read_more(self, receive: Receive, first: bytes) -> Any:
+        """Read the rest of a streamed body; ``(body, message)`` when the client disconnects before the end."""
+        chunks = [first]
+        received = len(first)
+        limit = self._limit
+        if limit > 0 and received > limit:
+            raise _TooLarge()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks), message
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            received += len(chunk)
+            if limit > 0 and received > limit:
+                raise _TooLarge()
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> int:
+        body = routes.dump_json({"detail": f"Request body too large (limit {self._limit} bytes)"})
+        await self._respond(scope, receive, send, 413, body)
+        return 413
+
+    @staticmethod
+    def _parse(route: HotRoute, body: bytes, content_type: bytes) -> Any:
+        """Validate a JSON body into the route's request model; ``_FALLBACK`` for anything unusual."""
+        if not body:
+            return None if route.optional_body else _FALLBACK
+        if not _is_json_content_type(content_type):
+            return _FALLBACK
+        try:
+            return route.validate(body)  # type: ignore[misc]
+        except ValueError:  # pydantic's ValidationError is a ValueError
+            return _FALLBACK
+
+    async def _map_error(self, scope: Scope, send: Send, exc: Exception) -> _MappedError:
+        """Answer an exception of a ``/v1/agl`` store call like ``ErrorMappingMiddleware`` (no CORS headers)."""
+        status, payload = error_payload(exc)
+        method, path = scope.get("method"), scope["path"]
+        if status >= 500:
+            logger.error("Error while handling %s %s", method, path, exc_info=exc)
+        else:
+            logger.info("Rejected %s %s: %s: %s", method, path, type(exc).__name__, exc)
+        await _send_response(send, status, routes.dump_json(payload))
+        return _MappedError(status, type(exc).__name__)
+
+    # -- OTLP ----------------------------------------------------------------------------------------------------------
+    async def _otlp(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """``POST /v1/traces``: OTLP export (a body over the limit is a 413, like on the REST routes)."""
+        content_type = content_encoding = accept_encoding = None
+        for key, value in scope["headers"]:
+            if key == b"content-type":
+                content_type = content_type or value.decode("latin-1")
+            elif key == b"content-encoding":
+                content_encoding = content_encoding or value.decode("latin-1")
+            elif key == b"accept-encoding":
+                accept_encoding = accept_encoding or value.decode("latin-1")
+        limit = self._limit
+
+        async def read_body() -> bytes:
+            chunks: List[bytes] = []
+            received = 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    from starlette.requests import ClientDisconnect
+
+                    raise ClientDisconnect()
+                chunk = message.get("body", b"")
+                chunks.append(chunk)
+                received += len(chunk)
+                if limit > 0 and received > limit:
+                    raise _TooLarge()
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+
+        server = self.server
+        try:
+            result = await export_otlp(
+                content_type,
+                content_encoding,
+                accept_encoding,
+                read_body,
+                server.add_many_spans,
+                server.get_many_span_sequence_ids,
+            )
+        except _TooLarge:
+            return await self._too_large(scope, receive, send)
+        except Exception:
+            # Outside /v1/agl the app maps nothing: Starlette's ServerErrorMiddleware answers a plain 500 and re-raises.
+            await _send_response(
+                send, 500, _TEXT_500, [(b"content-length", b"21"), (b"content-type", b"text/plain; charset=utf-8")]
+            )
+            raise
+        await self._respond(scope, receive, send, result.status_code, result.body, result.raw_headers())
+        return int(result.status_code)
+
+
+class _MappedError(Exception):
+    """Raised after an application error was answered (carries the logged status and the metrics label)."""
+
+    def __init__(self, status: int, label: str) -> None:
+        super().__init__(label)
+        self.status = status
+        self.label = label
+
+
+def build_front_door(server: LightningStoreServer, app: ASGIApp) -> FrontDoor:
+    """The front door of ``server`` in front of its FastAPI ``app`` (configured from the server's settings)."""
+    return FrontDoor(
+        app,
+        server,
+        api_token=server._api_token,
+        max_body_bytes=server._max_body_bytes,
+        tracker=server._tracker,
+        cors_origins=server._cors_allow_origins,
+    )
