@@ -21,6 +21,7 @@ from .execution import __all__ as _execution_all
 from .legacy_v01 import AgentLightningClient, AgentLightningServer, DevTaskLoader
 from .litagent import *  # noqa: F403
 from .litagent import __all__ as _litagent_all
+from .llm_proxy import LLMProxy
 from .logging import *  # noqa: F403
 from .logging import __all__ as _logging_all
 from .runner import *  # noqa: F403
@@ -48,6 +49,7 @@ __all__ = [
     "resolve_str_env_var",
     *_execution_all,
     *_litagent_all,
+    "LLMProxy",
     *_logging_all,
     *_runner_all,
     *_store_all,
