@@ -9,7 +9,9 @@ Usage::
 The server runs uvicorn in a daemon thread on a free ``127.0.0.1`` port. Replies are a deterministic function of the
 request: a callable, a mapping (looked up by last user message, then by model, then ``"*"``), a constant string, or
 by default ``"echo: <last user message>"``. With ``"return_token_ids": true`` in the request body, responses carry
-``prompt_token_ids`` and ``choices[0].token_ids`` (the UTF-8 byte values of the prompt text and of the answer).
+``prompt_token_ids`` and ``choices[0].token_ids`` (the UTF-8 byte values of the prompt text and of the answer; text
+completions put both on the choice, as vLLM does). A reply dict with ``"status_code": <4xx/5xx>`` makes the server
+answer with that status and an OpenAI-style error whose message is the reply's ``content``.
 """
 
 from __future__ import annotations
@@ -53,9 +55,11 @@ def _content_to_text(content: Any) -> str:
 
 
 def _messages_of(request: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The chat messages of a chat-completions or responses request."""
+    """The chat messages of a chat-completions, messages, responses or (text) completions request."""
     if isinstance(request.get("messages"), list):
         return [m for m in request["messages"] if isinstance(m, dict)]
+    if isinstance(request.get("prompt"), str):
+        return [{"role": "user", "content": request["prompt"]}]
     messages: List[Dict[str, Any]] = []
     if isinstance(request.get("instructions"), str):
         messages.append({"role": "system", "content": request["instructions"]})
@@ -91,7 +95,8 @@ class MockOpenAIServer:
     """An OpenAI-compatible HTTP server with scripted replies, started on a free loopback port.
 
     Routes: ``POST /v1/chat/completions`` and ``/chat/completions`` (non-streaming, or SSE with ``stream: true``),
-    ``POST /v1/responses`` and ``/responses`` (likewise), ``GET /v1/models`` and ``GET /health``.
+    ``POST /v1/completions``, ``/v1/messages`` (Anthropic format), ``/v1/responses`` (likewise, each also without
+    ``/v1``), ``POST /v1/embeddings``, ``GET /v1/models`` and ``GET /health``.
 
     Args:
         reply: how to answer. A callable receives the JSON request body and returns a :data:`MockReply`; a mapping
@@ -182,9 +187,9 @@ class MockOpenAIServer:
             "total_tokens": prompt_tokens + completion_tokens,
         }
 
-    def build_chat_completion(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        """The JSON body of a non-streaming chat completion for ``request``."""
-        reply = self.resolve_reply(request)
+    def build_chat_completion(self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The JSON body of a non-streaming chat completion for ``request`` (``reply``: precomputed reply)."""
+        reply = reply if reply is not None else self.resolve_reply(request)
         content = reply.get("content")
         message: Dict[str, Any] = {"role": "assistant", "content": content}
         if reply.get("tool_calls"):
@@ -203,9 +208,11 @@ class MockOpenAIServer:
             choice["token_ids"] = text_token_ids(content or "")
         return body
 
-    def iter_chat_chunks(self, request: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    def iter_chat_chunks(
+        self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None
+    ) -> Iterator[Dict[str, Any]]:
         """The chunks of a streamed chat completion (the content split into a few pieces)."""
-        full = self.build_chat_completion(request)
+        full = self.build_chat_completion(request, reply)
         choice = full["choices"][0]
         content: str = choice["message"].get("content") or ""
         base = {"id": full["id"], "object": "chat.completion.chunk", "created": full["created"], "model": full["model"]}
@@ -227,9 +234,9 @@ class MockOpenAIServer:
         if isinstance(stream_options, dict) and stream_options.get("include_usage"):
             yield {**base, "choices": [], "usage": full["usage"]}
 
-    def build_response(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    def build_response(self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """The JSON body of a Responses API response for ``request``."""
-        reply = self.resolve_reply(request)
+        reply = reply if reply is not None else self.resolve_reply(request)
         content = reply.get("content") or ""
         usage = self._usage(request, content)
         body: Dict[str, Any] = {
@@ -263,9 +270,11 @@ class MockOpenAIServer:
             body["response_token_ids"] = [text_token_ids(content)]
         return body
 
-    def iter_response_events(self, request: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    def iter_response_events(
+        self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None
+    ) -> Iterator[Dict[str, Any]]:
         """The events of a streamed Responses API call."""
-        full = self.build_response(request)
+        full = self.build_response(request, reply)
         item = full["output"][0]
         text: str = item["content"][0]["text"]
         in_progress = {**full, "status": "in_progress", "output": []}
@@ -284,6 +293,85 @@ class MockOpenAIServer:
             }
         seq += 1
         yield {"type": "response.completed", "sequence_number": seq, "response": full}
+
+    def build_completion(self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The JSON body of a (legacy) text completion; token ids go on the choice, as vLLM returns them."""
+        reply = reply if reply is not None else self.resolve_reply(request)
+        content = reply.get("content") or ""
+        choice: Dict[str, Any] = {
+            "index": 0,
+            "text": content,
+            "finish_reason": reply["finish_reason"],
+            "logprobs": None,
+        }
+        if request.get("return_token_ids"):
+            choice["prompt_token_ids"] = text_token_ids(prompt_text(request))
+            choice["token_ids"] = text_token_ids(content)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": request.get("model") or self.model,
+            "choices": [choice],
+            "usage": self._usage(request, content),
+        }
+
+    def iter_completion_chunks(
+        self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None
+    ) -> Iterator[Dict[str, Any]]:
+        """The chunks of a streamed text completion."""
+        full = self.build_completion(request, reply)
+        choice = full["choices"][0]
+        base = {"id": full["id"], "object": "text_completion", "created": full["created"], "model": full["model"]}
+        text: str = choice["text"]
+        for i in range(0, len(text), 4):
+            yield {**base, "choices": [{"index": 0, "text": text[i : i + 4], "finish_reason": None}]}
+        final: Dict[str, Any] = {"index": 0, "text": "", "finish_reason": choice["finish_reason"]}
+        for key in ("prompt_token_ids", "token_ids"):
+            if key in choice:
+                final[key] = choice[key]
+        yield {**base, "choices": [final]}
+
+    def build_message(self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The JSON body of an Anthropic Messages API response (tool calls become ``tool_use`` blocks)."""
+        reply = reply if reply is not None else self.resolve_reply(request)
+        content = reply.get("content") or ""
+        blocks: List[Dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+        for call in reply.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            blocks.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": arguments})
+        usage = self._usage(request, content)
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": request.get("model") or self.model,
+            "content": blocks,
+            "stop_reason": "tool_use" if reply.get("tool_calls") else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+        }
+
+    def build_embeddings(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """Deterministic 4-dimensional embeddings of each input string."""
+        raw = request.get("input")
+        inputs = raw if isinstance(raw, list) else [raw]
+        data = []
+        for index, item in enumerate(inputs):
+            ids = text_token_ids(str(item))
+            vector = [float(len(ids)), float(sum(ids) % 97), float(ids[0] if ids else 0), float(ids[-1] if ids else 0)]
+            data.append({"object": "embedding", "index": index, "embedding": vector})
+        tokens = sum(len(text_token_ids(str(item))) for item in inputs)
+        return {
+            "object": "list",
+            "data": data,
+            "model": request.get("model") or self.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     # ------------------------------------------------------------------ app
 
@@ -315,6 +403,13 @@ class MockOpenAIServer:
                 body = None
             return body if isinstance(body, dict) else {}
 
+        def error_response(reply: Dict[str, Any]) -> Optional[Any]:
+            status = reply.get("status_code")
+            if isinstance(status, int) and status >= 400:
+                message = reply.get("content") or f"mock error {status}"
+                return JSONResponse({"error": {"message": message, "type": "mock_error"}}, status_code=status)
+            return None
+
         async def chat_completions(request: Request) -> Any:
             body = await read_json(request)
             self._record(request.url.path, body)
@@ -322,16 +417,66 @@ class MockOpenAIServer:
                 return JSONResponse(
                     {"error": {"message": "'messages' is required", "type": "invalid_request_error"}}, status_code=400
                 )
+            reply = self.resolve_reply(body)
+            error = error_response(reply)
+            if error is not None:
+                return error
             if body.get("stream"):
-                return StreamingResponse(sse(self.iter_chat_chunks(body), False), media_type="text/event-stream")
-            return JSONResponse(self.build_chat_completion(body))
+                chunks = self.iter_chat_chunks(body, reply)
+                return StreamingResponse(sse(chunks, False), media_type="text/event-stream")
+            return JSONResponse(self.build_chat_completion(body, reply))
+
+        async def completions(request: Request) -> Any:
+            body = await read_json(request)
+            self._record(request.url.path, body)
+            if "prompt" not in body:
+                return JSONResponse(
+                    {"error": {"message": "'prompt' is required", "type": "invalid_request_error"}}, status_code=400
+                )
+            reply = self.resolve_reply(body)
+            error = error_response(reply)
+            if error is not None:
+                return error
+            if body.get("stream"):
+                chunks = self.iter_completion_chunks(body, reply)
+                return StreamingResponse(sse(chunks, False), media_type="text/event-stream")
+            return JSONResponse(self.build_completion(body, reply))
+
+        async def messages(request: Request) -> Any:
+            from rollouthub.llm_proxy.replay import anthropic_stream_events
+
+            body = await read_json(request)
+            self._record(request.url.path, body)
+            if not isinstance(body.get("messages"), list):
+                return JSONResponse(
+                    {"type": "error", "error": {"type": "invalid_request_error", "message": "messages: required"}},
+                    status_code=400,
+                )
+            reply = self.resolve_reply(body)
+            error = error_response(reply)
+            if error is not None:
+                return error
+            message = self.build_message(body, reply)
+            if body.get("stream"):
+                return StreamingResponse(iter(anthropic_stream_events(message)), media_type="text/event-stream")
+            return JSONResponse(message)
+
+        async def embeddings(request: Request) -> Any:
+            body = await read_json(request)
+            self._record(request.url.path, body)
+            return JSONResponse(self.build_embeddings(body))
 
         async def responses(request: Request) -> Any:
             body = await read_json(request)
             self._record(request.url.path, body)
+            reply = self.resolve_reply(body)
+            error = error_response(reply)
+            if error is not None:
+                return error
             if body.get("stream"):
-                return StreamingResponse(sse(self.iter_response_events(body), True), media_type="text/event-stream")
-            return JSONResponse(self.build_response(body))
+                events = self.iter_response_events(body, reply)
+                return StreamingResponse(sse(events, True), media_type="text/event-stream")
+            return JSONResponse(self.build_response(body, reply))
 
         async def models() -> Dict[str, Any]:
             return {
@@ -344,6 +489,12 @@ class MockOpenAIServer:
 
         for path in ("/v1/chat/completions", "/chat/completions"):
             app.add_api_route(path, chat_completions, methods=["POST"])
+        for path in ("/v1/completions", "/completions"):
+            app.add_api_route(path, completions, methods=["POST"])
+        for path in ("/v1/messages", "/messages"):
+            app.add_api_route(path, messages, methods=["POST"])
+        for path in ("/v1/embeddings", "/embeddings"):
+            app.add_api_route(path, embeddings, methods=["POST"])
         for path in ("/v1/responses", "/responses"):
             app.add_api_route(path, responses, methods=["POST"])
         for path in ("/v1/models", "/models"):

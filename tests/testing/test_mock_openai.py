@@ -157,3 +157,33 @@ def test_streamed_chunk_payloads_are_valid_json(server: MockOpenAIServer) -> Non
     assert lines[-1] == "data: [DONE]"
     payloads = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
     assert payloads[-1]["prompt_token_ids"] == text_token_ids("s")
+
+
+def test_text_completions(client: openai.OpenAI) -> None:
+    completion = client.completions.create(model="m", prompt="finish this", extra_body={"return_token_ids": True})
+    choice = completion.choices[0]
+    assert choice.text == "answer to finish this" and choice.finish_reason == "stop"
+    assert choice.prompt_token_ids == text_token_ids("finish this")  # type: ignore[attr-defined]
+    assert choice.token_ids == text_token_ids("answer to finish this")  # type: ignore[attr-defined]
+    streamed = list(client.completions.create(model="m", prompt="s", stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == "answer to s"
+
+
+def test_anthropic_messages_and_embeddings(server: MockOpenAIServer, client: openai.OpenAI) -> None:
+    body = {"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "use a tool"}]}
+    message = requests.post(server.endpoint + "/v1/messages", json=body, timeout=5).json()
+    assert message["type"] == "message" and message["stop_reason"] == "tool_use"
+    assert message["content"] == [{"type": "tool_use", "id": "call_1", "name": "lookup", "input": {"q": 1}}]
+    with requests.post(server.endpoint + "/messages", json={**body, "stream": True}, stream=True, timeout=5) as r:
+        events = [line for line in r.iter_lines(decode_unicode=True) if line.startswith("event: ")]
+    assert events[0] == "event: message_start" and events[-1] == "event: message_stop"
+    embeddings = client.embeddings.create(model="m", input=["ab", "c"])
+    assert [e.embedding for e in embeddings.data] == [[2.0, 195 % 97, 97.0, 98.0], [1.0, 99 % 97, 99.0, 99.0]]
+
+
+def test_error_replies() -> None:
+    with MockOpenAIServer(reply=lambda request: {"status_code": 503, "content": "overloaded"}) as srv:
+        sdk = openai.OpenAI(base_url=srv.base_url, api_key="dummy", max_retries=0)
+        with pytest.raises(openai.InternalServerError, match="overloaded"):
+            sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        assert requests.post(srv.endpoint + "/v1/completions", json={"prompt": "p"}, timeout=5).status_code == 503
