@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rollouthub.llm_proxy import LLMProxy
     from rollouthub.trainer import Trainer
 
 __all__ = ["Algorithm", "Dataset"]
@@ -89,11 +90,11 @@ class Algorithm:
             raise ValueError("Adapter reference is no longer valid (object has been garbage collected).")
         return adapter
 
-    def set_llm_proxy(self, llm_proxy: Any) -> None:
+    def set_llm_proxy(self, llm_proxy: Optional[LLMProxy]) -> None:
         """Remember the LLM proxy (weak reference); ``None`` clears it."""
         self._llm_proxy_ref = weakref.ref(llm_proxy) if llm_proxy is not None else None
 
-    def get_llm_proxy(self) -> Optional[Any]:
+    def get_llm_proxy(self) -> Optional[LLMProxy]:
         """Return the LLM proxy, ``None`` if never set; ``ValueError`` if it has been garbage-collected."""
         if self._llm_proxy_ref is None:
             return None

@@ -7,13 +7,16 @@ import json
 import logging
 import time
 from datetime import datetime
-from typing import Any, List, Literal, Optional
+from typing import TYPE_CHECKING, Any, List, Literal, Optional
 
 from rollouthub.store.base import LightningStore
 from rollouthub.types import RolloutMode
 
 from .base import Algorithm, Dataset
 from .utils import with_llm_proxy, with_store
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rollouthub.llm_proxy import LLMProxy
 
 __all__ = ["FastAlgorithm", "Baseline"]
 
@@ -65,7 +68,7 @@ class Baseline(FastAlgorithm):
     async def run(  # type: ignore[override]
         self,
         store: LightningStore,
-        llm_proxy: Optional[Any],
+        llm_proxy: Optional[LLMProxy],
         train_dataset: Optional[Dataset[Any]] = None,
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> None:

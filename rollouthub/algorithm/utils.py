@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from typing import Any, Awaitable, Callable, Iterator, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, List, Optional, TypeVar
 
 from .base import Dataset
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rollouthub.llm_proxy import LLMProxy
 
 __all__ = ["batch_iter_over_dataset", "with_store", "with_llm_proxy"]
 
@@ -68,6 +71,9 @@ def with_llm_proxy(
 ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
     """Decorate ``async def method(self, llm_proxy, *args, **kwargs)`` to inject ``self.get_llm_proxy()``.
 
+    The injected value is the :class:`~rollouthub.llm_proxy.LLMProxy` the trainer configured (with its store set
+    to the algorithm's store), or ``None``. Typical use: publish ``llm_proxy.as_resource()`` as the agents' LLM.
+
     Args:
         required: raise ``ValueError`` when no proxy is configured (otherwise ``None`` is injected).
         auto_start: start a proxy that is not running before the call and stop it afterwards (only if this
@@ -77,17 +83,14 @@ def with_llm_proxy(
     def decorator(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         @functools.wraps(func)
         async def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
-            proxy: Optional[Any] = self.get_llm_proxy()
+            proxy: Optional[LLMProxy] = self.get_llm_proxy()
             if proxy is None and required:
                 raise ValueError("An LLM proxy is required but none is configured for this algorithm.")
             started = False
             if proxy is not None and auto_start:
-                running = proxy.is_running() if hasattr(proxy, "is_running") else False
-                if not running:
+                if not proxy.is_running():
                     logger.info("Starting the LLM proxy before running the algorithm.")
-                    result = proxy.start()
-                    if hasattr(result, "__await__"):
-                        await result
+                    await proxy.start()
                     started = True
             try:
                 return await func(self, proxy, *args, **kwargs)
@@ -95,9 +98,7 @@ def with_llm_proxy(
                 if started and proxy is not None:
                     logger.info("Stopping the LLM proxy started for the algorithm.")
                     try:
-                        result = proxy.stop()
-                        if hasattr(result, "__await__"):
-                            await result
+                        await proxy.stop()
                     except Exception:
                         logger.exception("Failed to stop the LLM proxy.")
 

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 from rollouthub.algorithm.base import Algorithm, Dataset
 from rollouthub.execution.base import ExecutionStrategy
 from rollouthub.execution.events import ExecutionEvent
+from rollouthub.llm_proxy import LLMProxy
 from rollouthub.store.base import LightningStore
 from rollouthub.types import NamedResources
 
@@ -44,7 +45,8 @@ class Trainer:
             ``"cs"``.
         port: store-server port forwarded to a client-server strategy.
         algorithm: the algorithm (may stay ``None``: runners then serve externally enqueued rollouts).
-        llm_proxy: optional LLM proxy (``store`` injected for dict/class/string specs).
+        llm_proxy: optional :class:`~rollouthub.llm_proxy.LLMProxy` (``store`` injected for dict/class/string specs);
+            the algorithm gets it through ``get_llm_proxy()`` with its store set to the strategy's store.
         n_workers: deprecated alias of ``n_runners``.
         max_tasks: deprecated alias of ``max_rollouts``.
         daemon: only meaningful for the legacy ``fit_v0``.
@@ -231,22 +233,14 @@ class Trainer:
             spec, expected_type=Runner, spec_name="runner", default_factory=default, optional_defaults=defaults
         )
 
-    def _make_llm_proxy(self, spec: ComponentSpec) -> Any:
-        if spec is None:
-            return None
-        try:
-            from rollouthub.llm_proxy import LLMProxy  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise ImportError(
-                "llm_proxy was given but rollouthub.llm_proxy (LiteLLM-based, optional) is not available: "
-                f"{exc}. Install the LLM-proxy extra or leave llm_proxy=None."
-            ) from exc
-
-        if isinstance(spec, LLMProxy):
+    def _make_llm_proxy(self, spec: ComponentSpec) -> Optional[LLMProxy]:
+        """Build the LLM proxy: instances as-is; dicts default ``store`` to the trainer's store; classes and
+        import strings get ``store`` injected when they accept it."""
+        if spec is None or isinstance(spec, LLMProxy):
             return spec
         if isinstance(spec, dict) and "store" not in spec:
             spec = {**spec, "store": self.store}
-        return build_component(
+        return build_component(  # type: ignore[no-any-return]
             spec,
             expected_type=LLMProxy,
             spec_name="llm_proxy",

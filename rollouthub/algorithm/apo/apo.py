@@ -15,7 +15,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from rollouthub.store.base import LightningStore
 from rollouthub.types import NamedResources, PromptTemplate, RolloutMode
@@ -23,6 +23,9 @@ from rollouthub.types import NamedResources, PromptTemplate, RolloutMode
 from ..base import Algorithm, Dataset
 from ..utils import batch_iter_over_dataset, with_llm_proxy, with_store
 from .prompts import CRITIQUE_TEMPLATES, EDIT_TEMPLATES, ChatMessages
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rollouthub.llm_proxy import LLMProxy
 
 __all__ = ["APO", "VersionedPromptTemplate", "RolloutResultForAPO"]
 
@@ -265,7 +268,7 @@ class APO(Algorithm, Generic[T_task]):
     async def run(  # type: ignore[override]
         self,
         store: LightningStore,
-        llm_proxy: Optional[Any],
+        llm_proxy: Optional[LLMProxy],
         train_dataset: Optional[Dataset[T_task]] = None,
         val_dataset: Optional[Dataset[T_task]] = None,
     ) -> None:
