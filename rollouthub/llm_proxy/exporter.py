@@ -24,6 +24,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
+import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from opentelemetry.sdk.resources import Resource
@@ -53,6 +54,21 @@ STORE_WRITE_TIMEOUT_SECONDS = 30.0
 PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 
 _Target = Tuple["LightningStore", str, str, int]
+
+
+def renew_lock_after_fork(owner: Any, attribute: str) -> None:
+    """Give ``owner`` a fresh ``threading.Lock`` in forked children (a lock held by another thread at fork time would
+    otherwise stay locked forever in the child, e.g. when a thread-mode proxy serves while an mp proxy forks)."""
+    if not hasattr(os, "register_at_fork"):  # pragma: no cover - Windows
+        return
+    ref = weakref.ref(owner)
+
+    def renew() -> None:
+        target = ref()
+        if target is not None:
+            setattr(target, attribute, threading.Lock())
+
+    os.register_at_fork(after_in_child=renew)
 
 
 def _span_id(span: ReadableSpan) -> Optional[int]:
@@ -92,6 +108,8 @@ class LightningSpanExporter(SpanExporter):
         self._loop_thread: Optional[threading.Thread] = None
         self._loop_pid: Optional[int] = None
         self._loop_lock = threading.Lock()
+        renew_lock_after_fork(self, "_lock")
+        renew_lock_after_fork(self, "_loop_lock")
 
     # ------------------------------------------------------------------ buffering
 

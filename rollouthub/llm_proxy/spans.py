@@ -41,7 +41,7 @@ from rollouthub.instrumentation.openai import (
     _usage_attributes,
 )
 
-from .exporter import HEADERS_ATTRIBUTE
+from .exporter import HEADERS_ATTRIBUTE, renew_lock_after_fork
 from .models import Deployment
 
 __all__ = [
@@ -86,6 +86,7 @@ class TraceCollector(SpanProcessor):
         """Create an empty collector."""
         self._spans: Dict[int, List[ReadableSpan]] = {}
         self._lock = threading.Lock()
+        renew_lock_after_fork(self, "_lock")
 
     def on_start(self, span: SdkSpan, parent_context: Optional[otel_context.Context] = None) -> None:
         """Nothing to do when a span starts."""
