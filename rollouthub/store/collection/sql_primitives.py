@@ -93,7 +93,8 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
                 raise TypeError(f"Expected {model.__name__}, got {type(item).__name__}")
 
     def _pk_values(self, item: BaseModel) -> Tuple[Any, ...]:
-        return tuple(getattr(item, k) for k in self._spec.primary_keys)
+        values = item.__dict__  # pydantic stores declared fields here
+        return tuple([values[k] for k in self._spec.primary_keys])
 
     def _pk_where(self) -> Any:
         t = self._spec.table

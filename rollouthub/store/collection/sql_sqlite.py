@@ -33,7 +33,11 @@ __all__ = ["FastSqliteConnection", "make_async_creator", "set_pending_begin"]
 
 
 def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout, check_same_thread=False)
+    # A statement cache larger than the default 128: the compiled shapes (filters x sorts x pagination x tables) of a
+    # busy server can exceed it, and re-preparing a statement costs more than running it.
+    conn = sqlite3.connect(
+        path, isolation_level=None, timeout=busy_timeout, check_same_thread=False, cached_statements=512
+    )
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
