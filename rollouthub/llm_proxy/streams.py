@@ -53,10 +53,12 @@ class _CompletionsAccumulator:
     """Rebuilds a text completion from streamed chunks."""
 
     def __init__(self) -> None:
+        """Start empty."""
         self.response: Dict[str, Any] = {}
         self.choices: Dict[int, Dict[str, Any]] = {}
 
     def add(self, event: Any) -> None:
+        """Consume one ``text_completion`` chunk."""
         for key in ("id", "model", "created", "object"):
             self.response.setdefault(key, event.get(key))
         if event.get("usage") is not None:
@@ -76,6 +78,7 @@ class _CompletionsAccumulator:
                 state["prompt_token_ids"] = prompt_ids
 
     def build(self) -> Dict[str, Any]:
+        """The completion rebuilt so far."""
         choices = []
         for index in sorted(self.choices):
             state = self.choices[index]
@@ -93,11 +96,13 @@ class _MessagesAccumulator:
     """Rebuilds an Anthropic message from its stream events."""
 
     def __init__(self) -> None:
+        """Start empty."""
         self.message: Dict[str, Any] = {}
         self.blocks: Dict[int, Dict[str, Any]] = {}
         self.partial_json: Dict[int, List[str]] = {}
 
     def add(self, event: Any) -> None:
+        """Consume one Anthropic stream event."""
         kind = event.get("type")
         index = int(event.get("index", 0) or 0)
         if kind == "message_start" and isinstance(event.get("message"), dict):
@@ -120,6 +125,7 @@ class _MessagesAccumulator:
                 self.message["usage"] = {**(self.message.get("usage") or {}), **usage}
 
     def build(self) -> Dict[str, Any]:
+        """The message rebuilt so far."""
         content = []
         for index in sorted(self.blocks):
             block = dict(self.blocks[index])
@@ -133,10 +139,13 @@ class _MessagesAccumulator:
 
 
 class _NoAccumulator:
+    """For routes without streams (embeddings)."""
+
     def add(self, event: Any) -> None:
-        pass
+        """Ignore the event."""
 
     def build(self) -> Optional[Dict[str, Any]]:
+        """Nothing to rebuild."""
         return None
 
 
