@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -132,6 +133,15 @@ async def _serve(server: Any, backend_label: str) -> int:
             loop.add_signal_handler(sig, request_stop)
             installed.append(sig)
     try:
+        store = server.store
+        if getattr(server.launcher_args, "launch_mode", None) == "asyncio" and hasattr(store, "initialize"):
+            # Served from this event loop: open (create or check) the database now, so that a bad database fails
+            # the start-up instead of the first request, and the first request does not pay for it.
+            try:
+                await store.initialize()
+            except Exception as exc:  # noqa: BLE001 - report without a traceback
+                logger.error("Cannot open the store backend: %s", exc)
+                return 1
         try:
             await server.start()
         except RuntimeError as exc:
@@ -139,6 +149,10 @@ async def _serve(server: Any, backend_label: str) -> int:
                 return 0
             logger.error("Cannot start the store server: %s", exc)
             return 1
+        # Everything alive now (modules, app, store) lives as long as the server: keep it out of the cyclic garbage
+        # collector's full passes, which would otherwise walk it again and again under load.
+        gc.collect()
+        gc.freeze()
         endpoint = server.endpoint
         logger.info("Store backend: %s", backend_label)
         logger.info("Store API:     %s/v1/agl (health: %s/v1/agl/health)", endpoint, endpoint)

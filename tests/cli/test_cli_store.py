@@ -213,3 +213,25 @@ def test_several_workers_share_a_sqlite_backend(tmp_path: Path) -> None:
     assert process.returncode == 0
     assert "Traceback" not in stderr.decode()
     assert db.exists()
+
+
+def test_database_of_a_newer_version_fails_the_start_up(tmp_path: Path) -> None:
+    """The database is opened (created or checked) before serving: a bad one is a start-up error, not a 500 later."""
+    import sqlite3
+
+    from rollouthub.store.collection.sql_schema import SCHEMA_TABLE, SCHEMA_VERSION
+
+    database = tmp_path / "newer.db"
+    port = pick_free_port()
+    first = _spawn(tmp_path, "--backend", f"sqlite:///{database}", "--port", str(port))
+    try:
+        _wait_healthy(first, port)
+    finally:
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=30) == 0
+    with sqlite3.connect(database) as conn:
+        conn.execute(f"UPDATE {SCHEMA_TABLE} SET version = {SCHEMA_VERSION + 1}")
+    process = _spawn(tmp_path, "--backend", f"sqlite:///{database}", "--port", str(pick_free_port()))
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert f"schema version {SCHEMA_VERSION + 1}" in stderr.decode()
