@@ -405,7 +405,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             out: List[T] = []
             for item in items:
                 key = self._pk_values(item)
-                row = spec.to_row(item)
+                row = spec.to_row(item, names)
                 values = {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}}
                 if returning:
                     found = await unit.fetch(stmt, values)

@@ -125,19 +125,23 @@ class TableSpec:
     columns: List[Any] = field(default_factory=list)
     decode_json: bool = True  # JSON columns come back as text from both drivers
 
-    def to_row(self, item: BaseModel) -> Dict[str, Any]:
-        """Driver-ready column values of ``item`` (JSON columns as JSON text, ``extra`` for unknown fields)."""
+    def to_row(self, item: BaseModel, names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """Driver-ready column values of ``item`` (JSON columns as JSON text, ``extra`` for unknown fields);
+        only the columns ``names`` when given (e.g. the fields of a partial update)."""
         out: Dict[str, Any] = {}
         kinds = self.kinds
-        for name in self.fields:
-            value = getattr(item, name)
+        values = item.__dict__
+        for name in self.fields if names is None else names:
+            if name == "extra":
+                continue
+            value = values[name]
             kind = kinds[name]
             if kind == "json":
                 value = to_json(value).decode()
             elif kind == "float" and value is not None:
                 value = float(value)
             out[name] = value
-        if self.has_extra:
+        if self.has_extra and (names is None or "extra" in names):
             extra = item.__pydantic_extra__
             out["extra"] = to_json(extra).decode() if extra else None
         return out
