@@ -134,7 +134,7 @@ async def _serve(server: Any, backend_label: str) -> int:
             installed.append(sig)
     try:
         store = server.store
-        if getattr(server.launcher_args, "launch_mode", None) == "asyncio" and hasattr(store, "initialize"):
+        if server.launcher_args.launch_mode == "asyncio" and hasattr(store, "initialize"):
             # Served from this event loop: open (create or check) the database now, so that a bad database fails
             # the start-up instead of the first request, and the first request does not pay for it.
             try:

@@ -101,75 +101,11 @@ class HotRoute:
         self.auth_exempt = auth_exempt
 
 
-# -- handlers: (server, path parameters, parsed body) -> JSON bytes of the success response ---------------------------
+# -- handlers: (server, path parameters, parsed body) -> awaitable JSON bytes of the success response -----------------
 
 
 async def _health(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
     return b'{"status":"ok"}'
-
-
-async def _enqueue(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_enqueue(server, request)
-
-
-async def _dequeue(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_dequeue(server, request)
-
-
-async def _start_rollout(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_start_rollout(server, request)
-
-
-async def _search_rollouts(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_search_rollouts(server, request)
-
-
-async def _get_rollout(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_get_rollout_by_id(server, params[0])
-
-
-async def _search_attempts(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_query_attempts(server, params[0], request)
-
-
-async def _update_attempt(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_update_attempt(server, params[0], params[1], request)
-
-
-async def _update_worker(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_update_worker(server, params[0], request)
-
-
-async def _add_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_add_resources(server, request)
-
-
-async def _update_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_update_resources(server, params[0], request)
-
-
-async def _get_latest_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_get_latest_resources(server)
-
-
-async def _get_resources(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_get_resources_by_id(server, params[0])
-
-
-async def _add_span(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_add_span(server, request)
-
-
-async def _search_spans(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_query_spans(server, request)
-
-
-async def _next_sequence_id(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_get_next_span_sequence_id(server, request)
-
-
-async def _wait_for_rollouts(server: Any, params: Tuple[str, ...], request: Any) -> bytes:
-    return await routes.op_wait_for_rollouts(server, request)
 
 
 def _validator(model: Any) -> Callable[[bytes], Any]:
@@ -177,24 +113,57 @@ def _validator(model: Any) -> Callable[[bytes], Any]:
 
 
 HEALTH = HotRoute("health", _health, auth_exempt=True)
-ENQUEUE = HotRoute("enqueue", _enqueue, _validator(EnqueueManyRolloutsRequest), status=201)
-DEQUEUE = HotRoute("dequeue", _dequeue, _validator(DequeueManyRolloutsRequest), optional_body=True)
-START_ROLLOUT = HotRoute("start_rollout", _start_rollout, _validator(RolloutRequest), status=201)
-SEARCH_ROLLOUTS = HotRoute("search_rollouts", _search_rollouts, _validator(QueryRolloutsRequest))
-GET_ROLLOUT = HotRoute("get_rollout", _get_rollout, templated=True)
-SEARCH_ATTEMPTS = HotRoute("search_attempts", _search_attempts, _validator(QueryAttemptsRequest), templated=True)
-UPDATE_ATTEMPT = HotRoute("update_attempt", _update_attempt, _validator(UpdateAttemptRequest), templated=True)
-UPDATE_WORKER = HotRoute(
-    "update_worker", _update_worker, _validator(UpdateWorkerRequest), optional_body=True, templated=True
+ENQUEUE = HotRoute(
+    "enqueue", lambda s, p, r: routes.op_enqueue(s, r), _validator(EnqueueManyRolloutsRequest), status=201
 )
-ADD_RESOURCES = HotRoute("add_resources", _add_resources, routes.NAMED_RESOURCES.validate_json, status=201)
-UPDATE_RESOURCES = HotRoute("update_resources", _update_resources, routes.NAMED_RESOURCES.validate_json, templated=True)
-GET_LATEST_RESOURCES = HotRoute("get_latest_resources", _get_latest_resources)
-GET_RESOURCES = HotRoute("get_resources", _get_resources, templated=True)
-ADD_SPAN = HotRoute("add_span", _add_span, _validator(Span), status=201)
-SEARCH_SPANS = HotRoute("search_spans", _search_spans, _validator(QuerySpansRequest))
-NEXT_SEQUENCE_ID = HotRoute("next_sequence_id", _next_sequence_id, _validator(NextSequenceIdRequest))
-WAIT_FOR_ROLLOUTS = HotRoute("wait_for_rollouts", _wait_for_rollouts, _validator(WaitForRolloutsRequest))
+DEQUEUE = HotRoute(
+    "dequeue", lambda s, p, r: routes.op_dequeue(s, r), _validator(DequeueManyRolloutsRequest), optional_body=True
+)
+START_ROLLOUT = HotRoute(
+    "start_rollout", lambda s, p, r: routes.op_start_rollout(s, r), _validator(RolloutRequest), status=201
+)
+SEARCH_ROLLOUTS = HotRoute(
+    "search_rollouts", lambda s, p, r: routes.op_search_rollouts(s, r), _validator(QueryRolloutsRequest)
+)
+GET_ROLLOUT = HotRoute("get_rollout", lambda s, p, r: routes.op_get_rollout_by_id(s, p[0]), templated=True)
+SEARCH_ATTEMPTS = HotRoute(
+    "search_attempts",
+    lambda s, p, r: routes.op_query_attempts(s, p[0], r),
+    _validator(QueryAttemptsRequest),
+    templated=True,
+)
+UPDATE_ATTEMPT = HotRoute(
+    "update_attempt",
+    lambda s, p, r: routes.op_update_attempt(s, p[0], p[1], r),
+    _validator(UpdateAttemptRequest),
+    templated=True,
+)
+UPDATE_WORKER = HotRoute(
+    "update_worker",
+    lambda s, p, r: routes.op_update_worker(s, p[0], r),
+    _validator(UpdateWorkerRequest),
+    optional_body=True,
+    templated=True,
+)
+ADD_RESOURCES = HotRoute(
+    "add_resources", lambda s, p, r: routes.op_add_resources(s, r), routes.NAMED_RESOURCES.validate_json, status=201
+)
+UPDATE_RESOURCES = HotRoute(
+    "update_resources",
+    lambda s, p, r: routes.op_update_resources(s, p[0], r),
+    routes.NAMED_RESOURCES.validate_json,
+    templated=True,
+)
+GET_LATEST_RESOURCES = HotRoute("get_latest_resources", lambda s, p, r: routes.op_get_latest_resources(s))
+GET_RESOURCES = HotRoute("get_resources", lambda s, p, r: routes.op_get_resources_by_id(s, p[0]), templated=True)
+ADD_SPAN = HotRoute("add_span", lambda s, p, r: routes.op_add_span(s, r), _validator(Span), status=201)
+SEARCH_SPANS = HotRoute("search_spans", lambda s, p, r: routes.op_query_spans(s, r), _validator(QuerySpansRequest))
+NEXT_SEQUENCE_ID = HotRoute(
+    "next_sequence_id", lambda s, p, r: routes.op_get_next_span_sequence_id(s, r), _validator(NextSequenceIdRequest)
+)
+WAIT_FOR_ROLLOUTS = HotRoute(
+    "wait_for_rollouts", lambda s, p, r: routes.op_wait_for_rollouts(s, r), _validator(WaitForRolloutsRequest)
+)
 OTLP_TRACES = HotRoute("otlp_traces", _health)  # handled specially (raw body, OTLP responses)
 
 _EXACT_GET: Dict[str, HotRoute] = {"health": HEALTH, "resources/latest": GET_LATEST_RESOURCES}
