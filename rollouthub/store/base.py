@@ -63,6 +63,7 @@ LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
     "add_otel_span",
     "get_next_span_sequence_id",
     "get_many_span_sequence_ids",
+    "add_many_spans_assigning_ids",
     "wait_for_rollouts",
     "query_spans",
     "update_rollout",
@@ -292,6 +293,26 @@ class LightningStore:
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[Tuple[str, str]]) -> Sequence[int]:
         """Allocate one sequence id per (rollout_id, attempt_id) pair, in input order."""
         raise NotImplementedError()
+
+    async def add_many_spans_assigning_ids(self, spans: Sequence[Span], assign: Sequence[bool]) -> Sequence[Span]:
+        """Insert several spans, first giving each span whose ``assign`` flag is set a fresh sequence id (consecutive
+        per rollout, in input order; set in place, replacing the placeholder the span carries). Returns exactly the
+        newly stored spans. This is how the server ingests an OTLP export whose spans carry no sequence ids.
+
+        A rollouthub extension of the contract. This default allocates with :meth:`get_many_span_sequence_ids` and then
+        calls :meth:`add_many_spans`; collection-based stores allocate inside the unit that inserts the spans (one
+        transaction instead of two, and no ids are consumed when the insert is rejected).
+        """
+        if len(assign) != len(spans):
+            raise ValueError(f"assign has {len(assign)} flags for {len(spans)} spans")
+        pairs = [(span.rollout_id, span.attempt_id) for span, flag in zip(spans, assign, strict=True) if flag]
+        if not pairs:
+            return await self.add_many_spans(spans)
+        issued = iter(await self.get_many_span_sequence_ids(pairs))
+        for span, flag in zip(spans, assign, strict=True):
+            if flag:
+                span.sequence_id = next(issued)
+        return await self.add_many_spans(spans)
 
     async def wait_for_rollouts(self, *, rollout_ids: List[str], timeout: float | None = None) -> List[Rollout]:
         """Wait until the given rollouts finish or the timeout passes; returns the finished ones in input order."""

@@ -693,16 +693,21 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         counts: Dict[str, int] = {}
         for rollout_id, _ in pairs:
             counts[rollout_id] = counts.get(rollout_id, 0) + 1
-        next_value: Dict[str, int] = {}
         async with self.collections.atomic(mode="rw", snapshot=False, labels=["span_sequence_ids"]) as c:
-            for rollout_id, count in counts.items():
-                end = int(await c.span_sequence_ids.inc(rollout_id, count))
-                next_value[rollout_id] = end - count + 1
+            next_value = await self._unlocked_issue_sequence_ids(c, counts)
         out: List[int] = []
         for rollout_id, _ in pairs:
             out.append(next_value[rollout_id])
             next_value[rollout_id] += 1
         return out
+
+    async def _unlocked_issue_sequence_ids(self, c: Any, counts: Dict[str, int]) -> Dict[str, int]:
+        """Inside a unit: bump each rollout's counter by its count; returns the first new id per rollout."""
+        first: Dict[str, int] = {}
+        for rollout_id, count in counts.items():
+            end = int(await c.span_sequence_ids.inc(rollout_id, count))
+            first[rollout_id] = end - count + 1
+        return first
 
     @tracked("_sync_span_sequence_id")
     async def _unlocked_sync_span_sequence_id(self, c: Any, rollout_id: str, sequence_id: int) -> None:
@@ -749,15 +754,54 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             stored.extend(await self._add_many_spans_helper(rollout_id, attempt_id, group))
         return stored
 
+    @tracked("add_many_spans_assigning_ids")
+    async def add_many_spans_assigning_ids(self, spans: Sequence[Span], assign: Sequence[bool]) -> Sequence[Span]:
+        """Like :meth:`add_many_spans`, allocating the flagged spans' sequence ids inside each group's insert unit
+        (set in place on those spans)."""
+        if len(assign) != len(spans):
+            raise ValueError(f"assign has {len(assign)} flags for {len(spans)} spans")
+        groups: Dict[Tuple[str, str], Tuple[List[Span], List[bool]]] = {}
+        for span, flag in zip(spans, assign, strict=True):
+            entry = groups.setdefault((span.rollout_id, span.attempt_id), ([], []))
+            entry[0].append(span)
+            entry[1].append(bool(flag))
+        assigning = [rollout_id for (rollout_id, _), (_, flags) in groups.items() if any(flags)]
+        if len(assigning) != len(set(assigning)):
+            # Ids are consecutive per rollout in input order: with several attempts of one rollout in one call,
+            # allocate them all first (in one unit) instead of group by group.
+            return await super().add_many_spans_assigning_ids(spans, assign)
+        stored: List[Span] = []
+        for (rollout_id, attempt_id), (group, flags) in groups.items():
+            stored.extend(await self._add_many_spans_helper(rollout_id, attempt_id, group, flags))
+        return stored
+
     @tracked("_add_many_spans_helper")
-    async def _add_many_spans_helper(self, rollout_id: str, attempt_id: str, spans: List[Span]) -> List[Span]:
-        """Raise the sequence counter, validate, insert and heartbeat in ONE unit; on a duplicate, fall back to
-        one-by-one inserts."""
-        max_sequence_id = max(span.sequence_id for span in spans)
+    async def _add_many_spans_helper(
+        self, rollout_id: str, attempt_id: str, spans: List[Span], assign: Optional[List[bool]] = None
+    ) -> List[Span]:
+        """Validate, allocate the ``assign``-flagged spans' sequence ids, raise the sequence counter, insert and
+        heartbeat in ONE unit; on a duplicate, fall back to one-by-one inserts."""
+        max_provided: Optional[int]
+        if assign is None:
+            n_assign, max_provided = 0, max(span.sequence_id for span in spans)
+        else:
+            n_assign = sum(assign)
+            provided = [span.sequence_id for span, flag in zip(spans, assign, strict=True) if not flag]
+            max_provided = max(provided) if provided else None
+
+        async def assign_ids(c: Any) -> None:
+            next_id = (await self._unlocked_issue_sequence_ids(c, {rollout_id: n_assign}))[rollout_id]
+            for span, flag in zip(spans, assign or (), strict=True):
+                if flag:
+                    span.sequence_id = next_id
+                    next_id += 1
 
         async def insert_and_beat(c: Any) -> Optional[Rollout]:
-            await self._unlocked_sync_span_sequence_id(c, rollout_id, max_sequence_id)
             rollout, attempt = await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
+            if n_assign:
+                await assign_ids(c)
+            if max_provided is not None:
+                await self._unlocked_sync_span_sequence_id(c, rollout_id, max_provided)
             await c.spans.insert(spans)  # all-or-nothing: a duplicate aborts the unit before any write
             # The unit holds both rows: the heartbeat reuses them instead of reading them again.
             return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id, rollout, attempt)
@@ -767,7 +811,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             inserted = spans
         except DuplicatedPrimaryKeyError:
             async with self.collections.atomic(mode="rw", labels=["span_sequence_ids"]) as c:
-                await self._unlocked_sync_span_sequence_id(c, rollout_id, max_sequence_id)
+                if n_assign:
+                    await assign_ids(c)
+                await self._unlocked_sync_span_sequence_id(c, rollout_id, max(span.sequence_id for span in spans))
             inserted = await self._insert_spans_with_fallback(spans)
             promoted = await self._on_attempt_heartbeat(rollout_id, attempt_id) if inserted else None
         if promoted is not None:

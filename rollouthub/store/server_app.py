@@ -319,7 +319,12 @@ def build_app(server: LightningStoreServer) -> FastAPI:
     app.router.routes.extend(build_router(server, prefix=_AGL_PREFIX).routes)
 
     async def otlp_traces(request: Request) -> Response:
-        return await handle_otlp_export(request, server.add_many_spans, server.get_many_span_sequence_ids)
+        return await handle_otlp_export(
+            request,
+            server.add_many_spans,
+            server.get_many_span_sequence_ids,
+            add_many_spans_assigning_ids=server.add_many_spans_assigning_ids,
+        )
 
     app.add_api_route("/v1/traces", otlp_traces, methods=["POST"], name="otlp_traces")
     for signal in ("metrics", "logs", "development/profiles"):

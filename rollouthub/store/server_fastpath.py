@@ -552,6 +552,7 @@ class FrontDoor:
                 read_body,
                 server.add_many_spans,
                 server.get_many_span_sequence_ids,
+                add_many_spans_assigning_ids=server.add_many_spans_assigning_ids,
             )
         except _TooLarge:
             return await self._too_large(scope, receive, send)

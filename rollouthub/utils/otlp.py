@@ -26,6 +26,7 @@ __all__ = [
     "export_otlp",
     "handle_otlp_export",
     "parse_otlp_traces",
+    "decode_spans",
     "spans_from_proto",
     "LightningStoreOTLPExporter",
 ]
@@ -43,6 +44,8 @@ JSON_CT = "application/json"
 """Media type of OTLP/HTTP JSON payloads (accepted as an extension of the reference)."""
 
 SequenceIdBulkIssuer = Callable[[Sequence[Tuple[str, str]]], Awaitable[Sequence[int]]]
+AssigningSpanSink = Callable[[Sequence[Span], Sequence[bool]], Awaitable[Any]]
+"""``(spans, needs_sequence_id) -> ...``: stores spans, allocating the flagged spans' sequence ids itself."""
 
 
 class OTLPPayloadError(ValueError):
@@ -190,74 +193,106 @@ def _parse_sequence_id(value: Any) -> Optional[int]:
     return parsed
 
 
+def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
+    """Convert an ``ExportTraceServiceRequest`` into store spans and, per span, whether it still needs a sequence id.
+
+    Spans without a rollout or attempt id are skipped. A span without a valid ``agentlightning.span_sequence_id``
+    attribute carries the placeholder ``sequence_id=0`` and the flag ``True``: the caller allocates its id (see
+    :func:`spans_from_proto`, or ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit).
+    """
+    spans: List[Span] = []
+    missing: List[bool] = []
+    validate = _SPAN_VALIDATOR
+    for resource_spans in request.resource_spans:
+        resource_attrs = _attributes(resource_spans.resource.attributes)
+        resource_rollout = resource_attrs.get(AGL_ROLLOUT_ID)
+        resource_attempt = resource_attrs.get(AGL_ATTEMPT_ID)
+        resource_seq = resource_attrs.get(AGL_SPAN_SEQUENCE_ID)
+        resource = OtelResource(attributes=resource_attrs, schema_url=resource_spans.schema_url or "")
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = _attributes(span.attributes)
+                rollout_id = attrs.get(AGL_ROLLOUT_ID, resource_rollout)
+                attempt_id = attrs.get(AGL_ATTEMPT_ID, resource_attempt)
+                if rollout_id is None or attempt_id is None:
+                    logger.warning("Skipping OTLP span %r without rollout or attempt id", span.name)
+                    continue
+                sequence_id = _parse_sequence_id(attrs.get(AGL_SPAN_SEQUENCE_ID, resource_seq))
+                trace_id = _hex_id(span.trace_id, 32)
+                span_id = _hex_id(span.span_id, 16)
+                parent_span_id = span.parent_span_id
+                status = span.status
+                events = span.events
+                links = span.links
+                spans.append(
+                    validate(
+                        {
+                            "rollout_id": str(rollout_id),
+                            "attempt_id": str(attempt_id),
+                            "sequence_id": 0 if sequence_id is None else sequence_id,
+                            "trace_id": trace_id,
+                            "span_id": span_id,
+                            "parent_id": parent_span_id.hex().rjust(16, "0") if parent_span_id else None,
+                            "name": span.name,
+                            "status": TraceStatus(
+                                status_code=_STATUS_CODES.get(int(status.code), "UNSET"),  # type: ignore[arg-type]
+                                description=status.message or None,
+                            ),
+                            "attributes": attrs,
+                            "events": [
+                                Event(
+                                    name=event.name,
+                                    attributes=_attributes(event.attributes),
+                                    timestamp=convert_timestamp(event.time_unix_nano),
+                                )
+                                for event in events
+                            ]
+                            if events
+                            else [],
+                            "links": [
+                                Link(
+                                    context=SpanContext(
+                                        trace_id=_hex_id(link.trace_id, 32),
+                                        span_id=_hex_id(link.span_id, 16),
+                                        is_remote=False,
+                                        trace_state={},
+                                    ),
+                                    attributes=_attributes(link.attributes) or None,
+                                )
+                                for link in links
+                            ]
+                            if links
+                            else [],
+                            "start_time": convert_timestamp(span.start_time_unix_nano),
+                            "end_time": convert_timestamp(span.end_time_unix_nano),
+                            "context": SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_state={}),
+                            "parent": None,
+                            "resource": resource,
+                        }
+                    )
+                )
+                missing.append(sequence_id is None)
+    return spans, missing
+
+
+_SPAN_VALIDATOR = Span.__pydantic_validator__.validate_python
+
+
 async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulkIssuer) -> List[Span]:
     """Convert an ``ExportTraceServiceRequest`` into store spans (store.md 11.7).
 
     Spans without a rollout or attempt id are skipped; spans without a valid sequence id get one from a single call
     to ``sequence_id_bulk_issuer`` (made even when nothing is missing).
     """
-    built: List[Tuple[Dict[str, Any], Optional[int]]] = []
-    for resource_spans in request.resource_spans:
-        resource_attrs = _attributes(resource_spans.resource.attributes)
-        schema_url = resource_spans.schema_url or ""
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                attrs = _attributes(span.attributes)
-                rollout_id = attrs.get(AGL_ROLLOUT_ID, resource_attrs.get(AGL_ROLLOUT_ID))
-                attempt_id = attrs.get(AGL_ATTEMPT_ID, resource_attrs.get(AGL_ATTEMPT_ID))
-                raw_seq = attrs.get(AGL_SPAN_SEQUENCE_ID, resource_attrs.get(AGL_SPAN_SEQUENCE_ID))
-                if rollout_id is None or attempt_id is None:
-                    logger.warning("Skipping OTLP span %r without rollout or attempt id", span.name)
-                    continue
-                trace_id = _hex_id(span.trace_id, 32)
-                span_id = _hex_id(span.span_id, 16)
-                fields: Dict[str, Any] = {
-                    "rollout_id": str(rollout_id),
-                    "attempt_id": str(attempt_id),
-                    "trace_id": trace_id,
-                    "span_id": span_id,
-                    "parent_id": span.parent_span_id.hex().rjust(16, "0") if span.parent_span_id else None,
-                    "name": span.name,
-                    "status": TraceStatus(
-                        status_code=_STATUS_CODES.get(int(span.status.code), "UNSET"),  # type: ignore[arg-type]
-                        description=span.status.message or None,
-                    ),
-                    "attributes": attrs,
-                    "events": [
-                        Event(
-                            name=event.name,
-                            attributes=_attributes(event.attributes),
-                            timestamp=convert_timestamp(event.time_unix_nano),
-                        )
-                        for event in span.events
-                    ],
-                    "links": [
-                        Link(
-                            context=SpanContext(
-                                trace_id=_hex_id(link.trace_id, 32),
-                                span_id=_hex_id(link.span_id, 16),
-                                is_remote=False,
-                                trace_state={},
-                            ),
-                            attributes=_attributes(link.attributes) or None,
-                        )
-                        for link in span.links
-                    ],
-                    "start_time": convert_timestamp(span.start_time_unix_nano),
-                    "end_time": convert_timestamp(span.end_time_unix_nano),
-                    "context": SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_state={}),
-                    "parent": None,
-                    "resource": OtelResource(attributes=resource_attrs, schema_url=schema_url),
-                }
-                built.append((fields, _parse_sequence_id(raw_seq)))
-    missing = [(f["rollout_id"], f["attempt_id"]) for f, seq in built if seq is None]
-    issued = list(await sequence_id_bulk_issuer(missing))
-    if len(issued) != len(missing):
-        raise RuntimeError(f"Sequence id issuer returned {len(issued)} ids for {len(missing)} spans")
+    spans, missing = decode_spans(request)
+    pairs = [(span.rollout_id, span.attempt_id) for span, needed in zip(spans, missing, strict=True) if needed]
+    issued = list(await sequence_id_bulk_issuer(pairs))
+    if len(issued) != len(pairs):
+        raise RuntimeError(f"Sequence id issuer returned {len(issued)} ids for {len(pairs)} spans")
     issued_iter = iter(issued)
-    spans: List[Span] = []
-    for fields, seq in built:
-        spans.append(Span(sequence_id=seq if seq is not None else next(issued_iter), **fields))
+    for span, needed in zip(spans, missing, strict=True):
+        if needed:
+            span.sequence_id = next(issued_iter)
     return spans
 
 
@@ -315,6 +350,8 @@ async def export_otlp(
     read_body: Callable[[], Awaitable[bytes]],
     add_many_spans: Callable[[Sequence[Span]], Awaitable[Any]],
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
+    *,
+    add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
 ) -> OTLPExportResult:
     """Handle an OTLP/HTTP traces export independently of the web framework (store.md 11.7).
 
@@ -322,6 +359,10 @@ async def export_otlp(
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
     ``ExportTraceServiceResponse``, or 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
     body or spans the store rejects. Exceptions of ``read_body`` and unexpected store errors propagate.
+
+    Spans without a sequence id get one from ``sequence_id_bulk_issuer`` before ``add_many_spans`` stores them; when
+    ``add_many_spans_assigning_ids`` (``LightningStore.add_many_spans_assigning_ids``) is given, it stores the spans
+    and allocates the missing ids itself, in the same unit, instead of those two calls.
     """
     gzip_it = _wants_gzip_value(accept_encoding)
     ct = (content_type or "").split(";", 1)[0].strip().lower()
@@ -331,26 +372,48 @@ async def export_otlp(
     as_json = ct == JSON_CT
     media_type = JSON_CT if as_json else PROTOBUF_CT
     body = await read_body()
+    missing: List[bool] = []
     try:
         parsed = parse_otlp_traces(body, ct, content_encoding)
-        spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
+        if add_many_spans_assigning_ids is not None:
+            spans, missing = decode_spans(parsed)
+        else:
+            spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
     except OTLPPayloadError as exc:
         return _result(_status_body(str(exc), as_json), 400, media_type, gzip_it)
     except (ValueError, TypeError) as exc:  # includes pydantic.ValidationError
         return _result(_status_body(f"Invalid OTLP span: {exc}", as_json), 400, media_type, gzip_it)
     try:
-        await add_many_spans(spans)
+        if add_many_spans_assigning_ids is not None:
+            await add_many_spans_assigning_ids(spans, missing)
+        else:
+            await add_many_spans(spans)
     except (ValueError, TypeError) as exc:  # e.g. unknown rollout / attempt
         return _result(_status_body(f"Spans rejected by the store: {exc}", as_json), 400, media_type, gzip_it)
-    if as_json:
-        return _result(b"{}", 200, media_type, gzip_it)
-    return _result(_empty_proto_response(), 200, media_type, gzip_it)
+    return _success(as_json, gzip_it)
+
+
+def _success(as_json: bool, gzip_it: bool) -> OTLPExportResult:
+    """The (cached) 200 response: an empty ``ExportTraceServiceResponse``, optionally gzip-compressed."""
+    key = (as_json, gzip_it)
+    cached = _SUCCESS_RESULTS.get(key)
+    if cached is None:
+        body = b"{}" if as_json else _empty_proto_response()
+        if gzip_it:
+            body = gzip.compress(body, mtime=0)
+        cached = _SUCCESS_RESULTS[key] = OTLPExportResult(200, JSON_CT if as_json else PROTOBUF_CT, body, gzip_it)
+    return cached
+
+
+_SUCCESS_RESULTS: Dict[Tuple[bool, bool], OTLPExportResult] = {}
 
 
 async def handle_otlp_export(
     request: Any,
     add_many_spans: Callable[[Sequence[Span]], Awaitable[Any]],
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
+    *,
+    add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
 ) -> Any:
     """Handle ``POST /v1/traces`` for a Starlette ``request`` (see :func:`export_otlp`); returns a Starlette response."""
     from starlette.responses import Response
@@ -363,6 +426,7 @@ async def handle_otlp_export(
         request.body,
         add_many_spans,
         sequence_id_bulk_issuer,
+        add_many_spans_assigning_ids=add_many_spans_assigning_ids,
     )
     extra = {"Content-Encoding": "gzip"} if result.gzipped else {}
     return Response(content=result.body, status_code=result.status_code, media_type=result.media_type, headers=extra)

@@ -241,6 +241,58 @@ async def test_add_many_spans_unknown_rollout_aborts_remaining_groups(store: Any
     assert list(await store.query_spans(third.rollout_id)) == []
 
 
+async def test_add_many_spans_assigning_ids(store: Any) -> None:
+    """rollouthub extension (how OTLP exports are ingested): flagged spans get fresh ids, the others keep theirs."""
+    first = await store.start_rollout(input="one")
+    other = await store.start_rollout(input="two")
+    r1, a1 = first.rollout_id, first.attempt.attempt_id
+    r2, b1 = other.rollout_id, other.attempt.attempt_id
+    assert await store.get_next_span_sequence_id(r1, a1) == 1
+    spans = [
+        make_span(r1, a1, 0, span_id="a"),
+        make_span(r2, b1, 0, span_id="b"),
+        make_span(r1, a1, 7, span_id="c"),
+        make_span(r1, a1, 0, span_id="d"),
+    ]
+    stored = await store.add_many_spans_assigning_ids(spans, [True, True, False, True])
+    assert [(s.span_id, s.sequence_id) for s in stored] == [("a", 2), ("c", 7), ("d", 3), ("b", 1)]
+    assert {s.span_id: s.sequence_id for s in await store.query_spans(r1)} == {"a": 2, "c": 7, "d": 3}
+    assert [s.sequence_id for s in await store.query_spans(r2)] == [1]
+    assert await store.get_next_span_sequence_id(r1, a1) == 8  # raised past the provided id
+    assert await store.get_next_span_sequence_id(r2, b1) == 2
+    assert (await store.get_latest_attempt(r1)).status == "running"
+    assert list(await store.add_many_spans_assigning_ids([], [])) == []
+    with pytest.raises(ValueError, match="1 flags for 2 spans"):
+        await store.add_many_spans_assigning_ids([make_span(r1, a1, 0), make_span(r1, a1, 0)], [True])
+
+
+async def test_add_many_spans_assigning_ids_across_attempts_keeps_input_order(store: Any) -> None:
+    rollout = await store.start_rollout(input="x")
+    retry = await store.start_attempt(rollout.rollout_id)
+    rid, a1, a2 = rollout.rollout_id, rollout.attempt.attempt_id, retry.attempt.attempt_id
+    spans = [make_span(rid, a1, 0, span_id="p"), make_span(rid, a2, 0, span_id="q"), make_span(rid, a1, 0, span_id="r")]
+    await store.add_many_spans_assigning_ids(spans, [True, True, True])
+    assert {s.span_id: s.sequence_id for s in await store.query_spans(rid)} == {"p": 1, "q": 2, "r": 3}
+
+
+async def test_add_many_spans_assigning_ids_skips_duplicates_and_rejects_unknown(
+    store: Any, traits: BackendTraits
+) -> None:
+    rollout = await store.start_rollout(input="x")
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    await store.add_span(make_span(rid, aid, 1, span_id="old"))
+    stored = await store.add_many_spans_assigning_ids(
+        [make_span(rid, aid, 0, span_id="new"), make_span(rid, aid, 0, span_id="old")], [True, True]
+    )
+    assert [s.span_id for s in stored] == ["new"]
+    ids = {s.span_id: s.sequence_id for s in await store.query_spans(rid)}
+    assert ids["old"] == 1 and ids["new"] > 1
+    assert await store.get_next_span_sequence_id(rid, aid) > ids["new"]
+    with traits.raises(ValueError, match="Rollout nonexistent not found"):
+        await store.add_many_spans_assigning_ids([make_span("nonexistent", "at-none", 0)], [True])
+    assert (await store.query_spans(rid)).total == 2
+
+
 async def test_span_insert_errors(store: Any, traits: BackendTraits) -> None:
     rollout = await store.start_rollout(input="x")
     rid = rollout.rollout_id

@@ -576,7 +576,7 @@ async def test_unexpected_otlp_errors_answer_a_plain_500_and_propagate(monkeypat
     async def boom(*args: Any, **kwargs: Any) -> Any:
         raise _Boom("kaput")
 
-    monkeypatch.setattr(server.store, "add_many_spans", boom)
+    monkeypatch.setattr(server.store, "add_many_spans_assigning_ids", boom)
     sent: List[Dict[str, Any]] = []
     messages = [{"type": "http.request", "body": _otlp_body(rollout.rollout_id, rollout.attempt.attempt_id)}]
 

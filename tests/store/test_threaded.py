@@ -37,6 +37,7 @@ LOCKED_METHODS = [
     "add_otel_span",
     "get_next_span_sequence_id",
     "get_many_span_sequence_ids",
+    "add_many_spans_assigning_ids",
     "query_spans",
     "update_rollout",
     "update_attempt",
@@ -171,6 +172,7 @@ def _calls() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         ("add_otel_span", ("ro-1", "at-1", make_otel_span()), dict(sequence_id=7)),
         ("get_next_span_sequence_id", ("ro-1", "at-1"), {}),
         ("get_many_span_sequence_ids", ([("ro-1", "at-1"), ("ro-2", "at-2")],), {}),
+        ("add_many_spans_assigning_ids", ([span], [True]), {}),
         (
             "query_spans",
             ("ro-1", "latest"),

@@ -9,7 +9,20 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 import sqlalchemy as sa
 from pydantic import BaseModel
@@ -43,6 +56,42 @@ R = TypeVar("R")
 
 _SCALAR_TYPES: Dict[Optional[str], type] = {"str": str, "int": int, "float": float}
 _PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
+
+
+class RowItems(Sequence[R]):
+    """The items of ``RETURNING`` rows, converted to models on first access: callers that ignore what an update or
+    upsert returns (most of the business logic) never pay for the conversion."""
+
+    __slots__ = ("_rows", "_convert", "_items")
+
+    def __init__(self, rows: List[Any], convert: Callable[[Any], R]) -> None:
+        self._rows = rows
+        self._convert = convert
+        self._items: Optional[List[R]] = None
+
+    def _materialize(self) -> List[R]:
+        items = self._items
+        if items is None:
+            items = self._items = [self._convert(row) for row in self._rows]
+            self._rows = []
+        return items
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else len(self._rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._materialize()[index]
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(self._materialize())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RowItems):
+            other = other._materialize()
+        return self._materialize() == other if isinstance(other, list) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._materialize())
 
 
 class _SqlPrimitive:
@@ -401,22 +450,23 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
 
         stmt = self._stmt(("u", spec.name, names, returning), build)
 
-        async def run(unit: Unit) -> List[T]:
-            out: List[T] = []
+        async def run(unit: Unit) -> Sequence[T]:
+            if returning:
+                rows: List[Any] = []
+                for item in items:
+                    key = self._pk_values(item)
+                    row = spec.to_row(item, names)
+                    found = await unit.fetch(stmt, {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}})
+                    if not found:
+                        raise self._missing(key)
+                    rows.append(found[0])
+                return RowItems(rows, spec.from_row)  # type: ignore[arg-type]
             for item in items:
                 key = self._pk_values(item)
                 row = spec.to_row(item, names)
-                values = {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}}
-                if returning:
-                    found = await unit.fetch(stmt, values)
-                    if not found:
-                        raise self._missing(key)
-                    out.append(spec.from_row(found[0]))  # type: ignore[arg-type]
-                else:
-                    if await unit.execute(stmt, values) == 0:
-                        raise self._missing(key)
-                    out.append(item)
-            return out
+                if await unit.execute(stmt, {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}}) == 0:
+                    raise self._missing(key)
+            return list(items)
 
         return await self._run(True, run)
 
@@ -438,17 +488,12 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
 
         stmt = self._stmt(("s", spec.name, names, returning), build)
 
-        async def run(unit: Unit) -> List[T]:
-            out: List[T] = []
+        async def run(unit: Unit) -> Sequence[T]:
+            if returning:
+                return RowItems([(await unit.fetch(stmt, spec.to_row(item)))[0] for item in items], spec.from_row)  # type: ignore[arg-type]
             for item in items:
-                row = spec.to_row(item)
-                if returning:
-                    found = await unit.fetch(stmt, row)
-                    out.append(spec.from_row(found[0]))  # type: ignore[arg-type]
-                else:
-                    await unit.execute(stmt, row)
-                    out.append(item)
-            return out
+                await unit.execute(stmt, spec.to_row(item))
+            return list(items)
 
         return await self._run(True, run)
 
