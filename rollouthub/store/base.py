@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
+from pydantic_core import to_json
 from typing_extensions import TypedDict
 
 from rollouthub.types import (
@@ -31,6 +33,8 @@ __all__ = [
     "LIGHTNING_STORE_METHODS",
     "UNSET",
     "provided_fields",
+    "paginated_json",
+    "paginated_json_from_items",
     "Unset",
     "LightningStore",
     "LightningStoreCapabilities",
@@ -66,6 +70,7 @@ LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
     "add_many_spans_assigning_ids",
     "wait_for_rollouts",
     "query_spans",
+    "query_spans_json",
     "update_rollout",
     "update_attempt",
     "query_workers",
@@ -73,6 +78,28 @@ LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
     "update_worker",
 )
 """Names of the async methods of the store contract (the wrappers delegate exactly these)."""
+
+_logger = logging.getLogger(__name__)
+
+
+def paginated_json(result: Any) -> bytes:
+    """The JSON bytes of a query result as the REST API sends it: ``{"items": [...], "limit", "offset", "total"}``.
+
+    A plain sequence (from a store that does not return a :class:`~rollouthub.types.PaginatedResult`) is wrapped as
+    one complete page, with a warning (store.md 11.5).
+    """
+    if isinstance(result, PaginatedResult):
+        payload = {"items": list(result.items), "limit": result.limit, "offset": result.offset, "total": result.total}
+    else:
+        _logger.warning("Store returned a %s instead of a PaginatedResult; wrapping it", type(result).__name__)
+        items = list(result)
+        payload = {"items": items, "limit": -1, "offset": 0, "total": len(items)}
+    return to_json(payload)
+
+
+def paginated_json_from_items(items: Sequence[str], limit: int, offset: int, total: int) -> bytes:
+    """:func:`paginated_json` of a page whose items are already JSON texts."""
+    return b'{"items":[%s],"limit":%d,"offset":%d,"total":%d}' % (",".join(items).encode(), limit, offset, total)
 
 
 class _UnsetType:
@@ -339,6 +366,51 @@ class LightningStore:
     ) -> PaginatedResult[Span]:
         """Query the spans of a rollout (optionally one attempt, or ``"latest"``)."""
         raise NotImplementedError()
+
+    async def query_spans_json(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> bytes:
+        """:meth:`query_spans`, answered as the JSON bytes of its page (:func:`paginated_json`) -- what the server
+        sends for ``POST /spans/search``.
+
+        A rollouthub extension of the contract. This default serializes the result of :meth:`query_spans`; the SQL
+        store builds the JSON from the stored columns without creating span models.
+        """
+        return paginated_json(
+            await self.query_spans(
+                rollout_id,
+                attempt_id,
+                trace_id=trace_id,
+                trace_id_contains=trace_id_contains,
+                span_id=span_id,
+                span_id_contains=span_id_contains,
+                parent_id=parent_id,
+                parent_id_contains=parent_id_contains,
+                name=name,
+                name_contains=name_contains,
+                filter_logic=filter_logic,
+                limit=limit,
+                offset=offset,
+                sort_by=sort_by,
+                sort_order=sort_order,
+            )
+        )
 
     async def update_rollout(
         self,

@@ -68,6 +68,8 @@ from .base import (
     LightningStoreStatistics,
     Unset,
     is_finished,
+    paginated_json,
+    paginated_json_from_items,
     provided_fields,
 )
 from .collection.base import (
@@ -921,22 +923,84 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         sort_order: Literal["asc", "desc"] = "asc",
     ) -> PaginatedResult[Span]:
         """Spans of a rollout; the scope (rollout, attempt) is always ANDed, optional filters pooled."""
+        scope = await self._span_query_scope(
+            rollout_id,
+            attempt_id,
+            (
+                ("trace_id", trace_id, trace_id_contains),
+                ("span_id", span_id, span_id_contains),
+                ("parent_id", parent_id, parent_id_contains),
+                ("name", name, name_contains),
+            ),
+            filter_logic,
+            sort_by,
+            sort_order,
+        )
+        if scope is None:
+            return PaginatedResult(items=[], limit=limit, offset=offset, total=0)
+        return await self._query_spans_unit(rollout_id, scope[0], scope[1], limit, offset)
+
+    @tracked("query_spans_json")
+    @healthcheck_before
+    async def query_spans_json(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> bytes:
+        """:meth:`query_spans` as the JSON bytes of its page (the backend may build them without span models)."""
+        scope = await self._span_query_scope(
+            rollout_id,
+            attempt_id,
+            (
+                ("trace_id", trace_id, trace_id_contains),
+                ("span_id", span_id, span_id_contains),
+                ("parent_id", parent_id, parent_id_contains),
+                ("name", name, name_contains),
+            ),
+            filter_logic,
+            sort_by,
+            sort_order,
+        )
+        if scope is None:
+            return paginated_json_from_items([], limit, offset, 0)
+        return await self._query_spans_json_unit(rollout_id, scope[0], scope[1], limit, offset)
+
+    async def _span_query_scope(
+        self,
+        rollout_id: str,
+        attempt_id: Optional[str],
+        conditions: Sequence[Tuple[str, Optional[str], Optional[str]]],
+        filter_logic: str,
+        sort_by: Optional[str],
+        sort_order: Literal["asc", "desc"],
+    ) -> Optional[Tuple[FilterOptions, Optional[SortOptions]]]:
+        """The filter and sort of a span query (``conditions``: ``(field, exact, contains)`` triples, pooled with
+        ``filter_logic``); ``None`` when ``attempt_id="latest"`` and the rollout has no attempt."""
         if attempt_id == "latest":
             async with self._read("attempts") as c:
                 latest = await self._unlocked_get_latest_attempt(c, rollout_id)
             if latest is None:
-                return PaginatedResult(items=[], limit=limit, offset=offset, total=0)
+                return None
             attempt_id = latest.attempt_id
         must: Dict[str, Any] = {"rollout_id": {"exact": rollout_id}}
         if attempt_id is not None:
             must["attempt_id"] = {"exact": attempt_id}
         filters: FilterOptions = {"_must": must}
-        for field, exact, contains in (
-            ("trace_id", trace_id, trace_id_contains),
-            ("span_id", span_id, span_id_contains),
-            ("parent_id", parent_id, parent_id_contains),
-            ("name", name, name_contains),
-        ):
+        for field, exact, contains in conditions:
             ops: Dict[str, Any] = {}
             if exact is not None:
                 ops["exact"] = exact
@@ -947,13 +1011,19 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         if len(filters) > 1:
             filters["_aggregate"] = filter_logic
         sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
-        return await self._query_spans_unit(rollout_id, filters, sort, limit, offset)
+        return filters, sort
 
     async def _query_spans_unit(
         self, rollout_id: str, filters: FilterOptions, sort: Optional[SortOptions], limit: int, offset: int
     ) -> PaginatedResult[Span]:
         async with self._read("spans") as c:
             return await c.spans.query(filter=filters, sort=sort, limit=limit, offset=offset)
+
+    async def _query_spans_json_unit(
+        self, rollout_id: str, filters: FilterOptions, sort: Optional[SortOptions], limit: int, offset: int
+    ) -> bytes:
+        """The page of :meth:`_query_spans_unit` as JSON bytes (backends may override to skip the models)."""
+        return paginated_json(await self._query_spans_unit(rollout_id, filters, sort, limit, offset))
 
     # ----------------------------------------------------------------------------------------------------------
     # Updates and status propagation

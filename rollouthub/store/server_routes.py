@@ -29,7 +29,7 @@ from rollouthub.types import (
     WorkerStatus,
 )
 
-from .base import UNSET
+from .base import UNSET, paginated_json
 from .client_server import (
     DequeueManyRolloutsRequest,
     EnqueueManyRolloutsRequest,
@@ -92,14 +92,7 @@ def _json(payload: Any, status_code: int = 200) -> Response:
     return Response(content=_dump(payload), status_code=status_code, media_type=_JSON)
 
 
-def _paginated_bytes(result: Any) -> bytes:
-    if isinstance(result, PaginatedResult):
-        payload = {"items": list(result.items), "limit": result.limit, "offset": result.offset, "total": result.total}
-    else:  # a plain list from a non-conforming store (11.5)
-        logger.warning("Store returned a %s instead of a PaginatedResult; wrapping it", type(result).__name__)
-        items = list(result)
-        payload = {"items": items, "limit": -1, "offset": 0, "total": len(items)}
-    return _dump(payload)
+_paginated_bytes = paginated_json
 
 
 def _paginated(result: Any) -> Response:
@@ -299,7 +292,7 @@ async def op_query_spans(server: LightningStoreServer, request: QuerySpansReques
         offset=request.offset,
         filter_logic=request.filter_logic,
     )
-    result = await server.query_spans(
+    return await server.query_spans_json(
         request.rollout_id,
         request.attempt_id,
         trace_id=request.trace_id,
@@ -316,7 +309,6 @@ async def op_query_spans(server: LightningStoreServer, request: QuerySpansReques
         sort_by=request.sort_by,
         sort_order=request.sort_order,
     )
-    return _paginated_bytes(result)
 
 
 async def op_get_next_span_sequence_id(server: LightningStoreServer, request: NextSequenceIdRequest) -> bytes:

@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union
 from rollouthub.types import Attempt, AttemptedRollout, Rollout
 from rollouthub.utils.metrics import MetricsBackend
 
-from .base import LightningStoreCapabilities
+from .base import LightningStoreCapabilities, paginated_json_from_items
 from .collection.sql import SqlLightningCollections
 from .collection_based import CollectionBasedLightningStore, _attach, tracked
 
@@ -145,6 +145,12 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
             attempt = latest.get(rollout.rollout_id)
             out.append(_attach(rollout, attempt) if attempt is not None else rollout)
         return out
+
+    async def _query_spans_json_unit(self, rollout_id: str, filters: Any, sort: Any, limit: int, offset: int) -> bytes:
+        """The page as JSON spliced from the stored columns (no span models are built)."""
+        async with self._read("spans") as c:
+            items, total = await c.spans.query_json(filter=filters, sort=sort, limit=limit, offset=offset)
+        return paginated_json_from_items(items, limit, max(offset, 0), total)
 
     @tracked("_unlocked_get_running_rollouts")
     async def _unlocked_get_running_rollouts(self, c: Any) -> List[AttemptedRollout]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -291,6 +292,87 @@ async def test_add_many_spans_assigning_ids_skips_duplicates_and_rejects_unknown
     with traits.raises(ValueError, match="Rollout nonexistent not found"):
         await store.add_many_spans_assigning_ids([make_span("nonexistent", "at-none", 0)], [True])
     assert (await store.query_spans(rid)).total == 2
+
+
+def _varied_spans(rid: str, aid: str) -> list[Span]:
+    """Spans exercising every stored shape: scalars of each type, lists, unicode, events, links, a parent context,
+    missing times and an extra (unknown) field."""
+    rich = make_span(
+        rid,
+        aid,
+        1,
+        span_id="rich",
+        name='llm \u00e9\u4e2d \U0001f600 "quoted" \\ back',
+        attributes={
+            "s": "text \n\t\u2028 \u00fc",
+            "i": 7,
+            "f": 1764690000.1234567,
+            "tiny": 1e-300,
+            "b": True,
+            "ls": ["a", "b"],
+            "lf": [0.1, 2.5],
+            "li": [1, 2, 3],
+            "empty": "",
+        },
+        start_time=1764690000.25,
+        end_time=1764690001.0,
+    )
+    data = rich.model_dump()
+    data["events"] = [{"name": "ev", "attributes": {"k": "v", "n": 1.5}, "timestamp": 1764690000.5}]
+    data["links"] = [
+        {
+            "context": {"trace_id": "ab" * 16, "span_id": "cd" * 8, "is_remote": True, "trace_state": {"x": "y"}},
+            "attributes": None,
+        }
+    ]
+    data["parent"] = {"trace_id": "ef" * 16, "span_id": "01" * 8, "is_remote": False, "trace_state": {}}
+    data["parent_id"] = "01" * 8
+    data["custom_extra"] = {"nested": [1, "two", None]}
+    rich = Span.model_validate(data)
+    bare = make_span(rid, aid, 2, span_id="bare", name="bare")
+    return [rich, bare]
+
+
+async def test_query_spans_json_equals_the_serialized_query(store: Any) -> None:
+    """rollouthub extension: ``query_spans_json`` is exactly the JSON the REST API sends for ``query_spans``."""
+    from rollouthub.store.base import paginated_json
+
+    rollout = await store.start_rollout(input="x")
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    await store.add_many_spans(_varied_spans(rid, aid))
+    await store.add_span(make_span(rid, aid, 3, span_id="third", name="tool", attributes={"k": 1}))
+    queries: list[dict[str, Any]] = [
+        {},
+        {"attempt_id": "latest"},
+        {"attempt_id": aid, "name_contains": "bar", "span_id": "rich", "filter_logic": "or"},
+        {"sort_by": "start_time", "sort_order": "desc", "limit": 2, "offset": 1},
+        {"limit": 1},
+        {"attempt_id": "at-missing"},
+    ]
+    for kwargs in queries:
+        expected = json.loads(paginated_json(await store.query_spans(rid, **kwargs)))
+        assert json.loads(await store.query_spans_json(rid, **kwargs)) == expected, kwargs
+    unknown = json.loads(await store.query_spans_json("ro-unknown", attempt_id="latest"))
+    assert unknown == {"items": [], "limit": -1, "offset": 0, "total": 0}
+
+
+async def test_query_spans_json_is_byte_identical_to_the_model_path(store: Any, traits: BackendTraits) -> None:
+    """The spliced page equals the serialized models byte for byte (PostgreSQL: in content, as JSONB reformats the
+    stored JSON) -- including values the models serialize as ``null``."""
+    from rollouthub.store.base import paginated_json
+
+    rollout = await store.start_rollout(input="x")
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    spans = _varied_spans(rid, aid)
+    # Non-finite floats: JSONB rejects them, and over HTTP they arrive as null, which the span model rejects.
+    if traits.name not in ("http", "postgres"):
+        spans.append(make_span(rid, aid, 9, span_id="inf", attributes={"x": float("inf"), "y": float("nan")}))
+    await store.add_many_spans(spans)
+    spliced, serialized = await store.query_spans_json(rid), paginated_json(await store.query_spans(rid))
+    if traits.name == "postgres":  # JSONB reformats the stored JSON: equal content, different bytes
+        assert json.loads(spliced) == json.loads(serialized)
+    else:
+        assert spliced == serialized
 
 
 async def test_span_insert_errors(store: Any, traits: BackendTraits) -> None:

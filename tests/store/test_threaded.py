@@ -39,6 +39,7 @@ LOCKED_METHODS = [
     "get_many_span_sequence_ids",
     "add_many_spans_assigning_ids",
     "query_spans",
+    "query_spans_json",
     "update_rollout",
     "update_attempt",
     "query_workers",
@@ -178,6 +179,7 @@ def _calls() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
             ("ro-1", "latest"),
             dict(name_contains="llm", filter_logic="or", limit=3, offset=1, sort_by="start_time", sort_order="desc"),
         ),
+        ("query_spans_json", ("ro-1", "latest"), dict(limit=2)),
         ("update_rollout", ("ro-1",), dict(status="succeeded", metadata={"x": 1})),
         ("update_attempt", ("ro-1", "latest"), dict(status="failed", worker_id="w-4")),
         (
@@ -369,3 +371,10 @@ async def test_query_workers_forwards_filter_logic_on_real_store() -> None:
         status_in=["busy"], worker_id_contains="cpu", filter_logic="or", sort_by="worker_id"
     )
     assert [w.worker_id for w in ored] == ["cpu-idle", "gpu-busy"]
+
+
+def test_locked_method_list_covers_the_contract() -> None:
+    """Every contract method except ``wait_for_rollouts`` is serialized (new contract methods included)."""
+    from rollouthub.store import threading as threaded_module
+
+    assert set(threaded_module._LOCKED_METHODS) == set(LOCKED_METHODS)

@@ -26,6 +26,7 @@ from typing import (
 
 import sqlalchemy as sa
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from rollouthub.types import FilterOptions, PaginatedResult, SortOptions
 
@@ -272,25 +273,51 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         offset: int = 0,
     ) -> PaginatedResult[T]:
         """Filter, sort and paginate in SQL; ``total`` is counted only when the page does not reveal it."""
+        items, total = await self._query_rows(filter, sort, limit, offset, self._spec.from_row)
+        return PaginatedResult(items=items, limit=limit, offset=max(offset, 0), total=total)
+
+    @tracked("query_json")
+    async def query_json(
+        self,
+        filter: Optional[FilterOptions] = None,
+        sort: Optional[SortOptions] = None,
+        limit: int = -1,
+        offset: int = 0,
+    ) -> Tuple[List[str], int]:
+        """:meth:`query` as ``(JSON text of each item, total)``, built from the stored columns (no models)."""
+        spec = self._spec
+
+        def convert(row: Any) -> str:
+            text = spec.row_json(row)
+            return text if text is not None else to_json(spec.from_row(row)).decode()
+
+        return await self._query_rows(filter, sort, limit, offset, convert)
+
+    async def _query_rows(
+        self,
+        filter: Optional[FilterOptions],
+        sort: Optional[SortOptions],
+        limit: int,
+        offset: int,
+        convert: Callable[[Any], Any],
+    ) -> Tuple[List[Any], int]:
         marker, shape, values, nf = self._filter(filter)
         order = self._order_by(sort)
         offset = max(offset, 0)
         if marker is FALSE:
-            return PaginatedResult(items=[], limit=limit, offset=offset, total=0)
-        spec = self._spec
+            return [], 0
 
-        async def run(unit: Unit) -> Tuple[List[T], int]:
-            items: List[T] = []
+        async def run(unit: Unit) -> Tuple[List[Any], int]:
+            items: List[Any] = []
             if limit != 0:
                 stmt = self._select(unit, marker, shape, nf, order, limit > 0, offset > 0)
                 rows = await unit.fetch(stmt, {**values, "lim": limit, "off": offset})
-                items = [spec.from_row(r) for r in rows]  # type: ignore[misc]
+                items = [convert(r) for r in rows]
                 if (limit < 0 or len(items) < limit) and (items or offset == 0):
                     return items, offset + len(items)
             return items, int(await _scalar(unit, self._count_stmt(marker, shape, nf), values))
 
-        items, total = await self._run(False, run)
-        return PaginatedResult(items=items, limit=limit, offset=offset, total=total)
+        return await self._run(False, run)
 
     @tracked("get")
     async def get(self, filter: Optional[FilterOptions] = None, sort: Optional[SortOptions] = None) -> Optional[T]:

@@ -11,6 +11,7 @@ The schema is versioned by the one-row table ``rollouthub_schema``; :data:`MIGRA
 
 from __future__ import annotations
 
+import math
 import time
 import types
 import typing
@@ -124,6 +125,7 @@ class TableSpec:
     order_col: Any = None
     columns: List[Any] = field(default_factory=list)
     decode_json: bool = True  # JSON columns come back as text from both drivers
+    _json_layout: Optional[List[Tuple[str, str]]] = field(default=None, init=False, repr=False)
 
     def to_row(self, item: BaseModel, names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         """Driver-ready column values of ``item`` (JSON columns as JSON text, ``extra`` for unknown fields);
@@ -160,6 +162,41 @@ class TableSpec:
             if extra:
                 data.update(from_json(extra) if decode else extra)
         return self.model.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
+
+    def row_json(self, row: Sequence[Any]) -> Optional[str]:
+        """The JSON text of the model stored in ``row`` (selected with :attr:`columns`), equal to
+        ``to_json(from_row(row))``, spliced from the stored JSON texts without building the model.
+
+        ``None`` when a JSON column holds ``Infinity``/``NaN`` constants (the model serializes those as ``null``; the
+        caller then takes the model path).
+        """
+        layout = self._json_layout
+        if layout is None:
+            layout = self._json_layout = [(f'"{name}":', self.kinds[name]) for name in self.fields]
+        parts: List[str] = []
+        append = parts.append
+        for (prefix, kind), value in zip(layout, row, strict=False):
+            if value is None:
+                append(prefix + "null")
+            elif kind == "json":
+                if "Infinity" in value or "NaN" in value:
+                    return None
+                append(prefix + value)
+            elif kind == "float":
+                append(prefix + (to_json(value).decode() if math.isfinite(value) else "null"))
+            elif kind == "int":
+                append(prefix + str(int(value)))
+            else:
+                append(prefix + to_json(value).decode())
+        if self.has_extra:
+            extra = row[len(layout)]
+            if extra:
+                if "Infinity" in extra or "NaN" in extra:
+                    return None
+                inner = extra.strip()[1:-1].strip()
+                if inner:
+                    append(inner)
+        return "{" + ",".join(parts) + "}"
 
     @property
     def column_names(self) -> List[str]:
