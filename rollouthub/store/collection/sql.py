@@ -206,6 +206,7 @@ class SqlLightningCollections(LightningCollections):
         self._engine_kwargs = engine_kwargs
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = weakref.WeakKeyDictionary()
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DriverPool] = weakref.WeakKeyDictionary()
+        self._last_pool: Optional[Tuple[asyncio.AbstractEventLoop, DriverPool]] = None
         self.stmts = StatementCache()
         # Compiled filters per (table, exact-filter signature): (where marker, shape, normalized filter).
         self.filter_shapes: Dict[Any, Tuple[Any, Tuple[Any, ...], Any]] = {}
@@ -250,17 +251,24 @@ class SqlLightningCollections(LightningCollections):
         return lock
 
     def _pool_for_loop(self) -> DriverPool:
-        """The driver-connection pool of the running event loop."""
+        """The driver-connection pool of the running event loop (the last one used is cached)."""
         loop = asyncio.get_running_loop()
+        last = self._last_pool
+        if last is not None and last[0] is loop:
+            return last[1]
         pool = self._pools.get(loop)
         if pool is None:
             with self._engines_guard:
                 pool = self._pools.get(loop)
                 if pool is None:
                     pool = DriverPool(
-                        self._driver_factory(), self._pool_size + self._max_overflow, self.dialect == "sqlite"
+                        self._driver_factory(),
+                        self._pool_size + self._max_overflow,
+                        self.dialect == "sqlite",
+                        self._local_write_lock(),
                     )
                     self._pools[loop] = pool
+        self._last_pool = (loop, pool)
         return pool
 
     def _driver_factory(self) -> Callable[[], Any]:
@@ -325,6 +333,7 @@ class SqlLightningCollections(LightningCollections):
             pool = self._pools.pop(loop, None)
             self._engines = weakref.WeakKeyDictionary()
             self._pools = weakref.WeakKeyDictionary()
+            self._last_pool = None
         if pool is not None:
             await pool.close()
         if engine is not None:

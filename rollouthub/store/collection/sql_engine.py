@@ -73,28 +73,38 @@ class StatementCache:
 
 
 class DriverPool:
-    """A minimal pool of driver connections for one event loop (at most ``max_size`` open at once)."""
+    """A minimal pool of driver connections for one event loop (at most ``max_size`` open at once).
 
-    def __init__(self, factory: Callable[[], Any], max_size: int, sqlite: bool) -> None:
+    Also carries the event loop's SQLite write lock (:attr:`write_lock`), so that a unit finds both with one lookup.
+    """
+
+    def __init__(self, factory: Callable[[], Any], max_size: int, sqlite: bool, write_lock: asyncio.Lock) -> None:
         self._factory = factory
         self._idle: List[Any] = []
         self._sem = asyncio.Semaphore(max_size)
         self._sqlite = sqlite
         self._all: List[Any] = []
+        self.write_lock = write_lock
+        """SQLite: the lock ordering this loop's writers of the database file."""
 
     async def acquire(self) -> Any:
         """An idle connection, or a new one (waits while ``max_size`` are in use)."""
-        await self._sem.acquire()
+        sem = self._sem
+        if sem._value > 0 and not sem._waiters:  # uncontended: skip the semaphore's coroutine (it could not wait)
+            sem._value -= 1
+        else:
+            await sem.acquire()
         try:
-            while self._idle:
-                conn = self._idle.pop()
+            idle = self._idle
+            while idle:
+                conn = idle.pop()
                 if self._alive(conn):
                     return conn
             conn = await self._factory()
             self._all.append(conn)
             return conn
         except BaseException:
-            self._sem.release()
+            sem.release()
             raise
 
     def _alive(self, conn: Any) -> bool:
@@ -170,10 +180,11 @@ class Unit:
 
     async def _open(self) -> None:
         backend = self.backend
-        await backend._ensure_ready()
+        if not backend._ready:
+            await backend._ensure_ready()
         pool = backend._pool_for_loop()
         if self.sqlite and self.write:
-            await backend._local_write_lock().acquire()
+            await pool.write_lock.acquire()
             self._locked = True
         try:
             raw = await pool.acquire()
@@ -197,7 +208,7 @@ class Unit:
     def _release_lock(self) -> None:
         if self._locked:
             self._locked = False
-            self.backend._local_write_lock().release()
+            self.backend._pool_for_loop().write_lock.release()
 
     async def close(self, failed: bool) -> None:
         """Commit (or roll back when ``failed``) and release the connection and the lock."""
@@ -224,15 +235,21 @@ class Unit:
         raw = self.raw if self.raw is not None else await self.driver()
         params = StatementCache.params(compiled, values)
         if self.sqlite:
-            return (await raw.run(compiled[0], params, True))[0]  # type: ignore[no-any-return]
+            done = raw.run_now(compiled[0], params, True)
+            if done is None:
+                done = await raw.run(compiled[0], params, True)
+            return done[0]  # type: ignore[no-any-return]
         return await raw.fetch(compiled[0], *params)  # type: ignore[no-any-return]
 
     async def execute(self, compiled: Compiled, values: Dict[str, Any]) -> int:
         """Run a cached statement and return the number of affected rows."""
-        raw = await self.driver()
+        raw = self.raw if self.raw is not None else await self.driver()
         params = StatementCache.params(compiled, values)
         if self.sqlite:
-            return (await raw.run(compiled[0], params, False))[1]  # type: ignore[no-any-return]
+            done = raw.run_now(compiled[0], params, False)
+            if done is None:
+                done = await raw.run(compiled[0], params, False)
+            return done[1]  # type: ignore[no-any-return]
         status = await raw.execute(compiled[0], *params)
         try:
             return int(status.rsplit(" ", 1)[-1])

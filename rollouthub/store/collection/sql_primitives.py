@@ -151,7 +151,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         return sa.and_(*[t.c[k] == bp(f"k_{k}") for k in self._spec.primary_keys])
 
     def _pk_binds(self, key: Sequence[Any]) -> Dict[str, Any]:
-        return {f"k_{k}": v for k, v in zip(self._spec.primary_keys, key, strict=False)}
+        return dict(zip(self._spec.pk_bind_names, key, strict=False))
 
     # --- reads -------------------------------------------------------------------------------------------------
 
@@ -483,7 +483,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
                 for item in items:
                     key = self._pk_values(item)
                     row = spec.to_row(item, names)
-                    found = await unit.fetch(stmt, {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}})
+                    found = await unit.fetch(stmt, {**self._pk_binds(key), **{"v_" + n: row[n] for n in names}})
                     if not found:
                         raise self._missing(key)
                     rows.append(found[0])
@@ -491,7 +491,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             for item in items:
                 key = self._pk_values(item)
                 row = spec.to_row(item, names)
-                if await unit.execute(stmt, {**self._pk_binds(key), **{f"v_{n}": row[n] for n in names}}) == 0:
+                if await unit.execute(stmt, {**self._pk_binds(key), **{"v_" + n: row[n] for n in names}}) == 0:
                     raise self._missing(key)
             return list(items)
 

@@ -11,6 +11,7 @@ The schema is versioned by the one-row table ``rollouthub_schema``; :data:`MIGRA
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import types
@@ -126,6 +127,11 @@ class TableSpec:
     columns: List[Any] = field(default_factory=list)
     decode_json: bool = True  # JSON columns come back as text from both drivers
     _json_layout: Optional[List[Tuple[str, str]]] = field(default=None, init=False, repr=False)
+
+    @functools.cached_property
+    def pk_bind_names(self) -> Tuple[str, ...]:
+        """Names of the bound parameters of the primary-key condition (``k_<field>``)."""
+        return tuple(f"k_{k}" for k in self.primary_keys)
 
     def to_row(self, item: BaseModel, names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         """Driver-ready column values of ``item`` (JSON columns as JSON text, ``extra`` for unknown fields);

@@ -197,15 +197,24 @@ class FastSqliteConnection(aiosqlite.Connection):
         finally:
             cur.close()
 
+    def run_now(self, sql: str, params: Any, fetch: bool) -> Optional[Tuple[List[Any], int]]:
+        """Inline mode: execute one statement right away, like :meth:`run`; ``None`` when it must wait (another
+        connection holds the lock, or thread mode) -- the caller then awaits :meth:`run`."""
+        if not self._inline or self._connection is None:
+            return None
+        try:  # the common case: no lock to wait for, so no retry loop and no coroutine
+            return self._run_sql(sql, params, fetch)
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if "locked" not in text and "busy" not in text:
+                raise
+        return None
+
     async def run(self, sql: str, params: Any, fetch: bool) -> Tuple[List[Any], int]:
         """Execute one statement (starting a pending transaction first); returns ``(rows, rowcount)``."""
-        if self._inline and self._connection is not None:
-            try:  # the common case: no lock to wait for, so no retry loop and no extra coroutine
-                return self._run_sql(sql, params, fetch)
-            except sqlite3.OperationalError as exc:
-                text = str(exc).lower()
-                if "locked" not in text and "busy" not in text:
-                    raise
+        done = self.run_now(sql, params, fetch)
+        if done is not None:
+            return done
         return await self._execute(self._run_sql, sql, params, fetch)  # type: ignore[no-any-return]
 
     def _call_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
