@@ -173,10 +173,15 @@ def _new_resources_id() -> str:
     return "rs-" + generate_id(12)
 
 
+_validate_attempted_rollout = AttemptedRollout.__pydantic_validator__.validate_python
+
+
 def _attach(rollout: Rollout, attempt: Attempt) -> AttemptedRollout:
-    """Combine an already validated rollout and attempt without re-validating."""
+    """Combine a validated rollout and attempt (validating the already valid values is cheaper than pydantic's
+    ``model_construct``; the attempt instance is kept as is)."""
     values = {name: getattr(rollout, name) for name in _ALL_ROLLOUT_FIELDS}
-    return AttemptedRollout.model_construct(**values, attempt=attempt)
+    values["attempt"] = attempt
+    return _validate_attempted_rollout(values)  # type: ignore[no-any-return]
 
 
 def _by_rollout(rollout_id: str) -> FilterOptions:
