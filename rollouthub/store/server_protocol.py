@@ -256,7 +256,8 @@ class HttpProtocol(asyncio.Protocol):
             logger.warning(_NO_WS)
             request = self.current
             if request is not None and not request.response_complete:
-                request.keep_alive = False  # the request is answered as plain HTTP; nothing after it is parsed
+                request.keep_alive = False  # answered as plain HTTP, then the connection closes
+                self.pause_reading()  # nothing after the upgrade request is read
             else:
                 self.transport.close()
 
@@ -284,7 +285,7 @@ class HttpProtocol(asyncio.Protocol):
         parser = self.parser
         ctx = self.ctx
         url = self.url
-        if url[:1] == b"/" and b"#" not in url:
+        if url.startswith(b"/") and b"#" not in url:
             raw_path, _, query = url.partition(b"?")
         else:
             parsed = httptools.parse_url(url)

@@ -536,6 +536,22 @@ async def test_auth_through_the_protocol() -> None:
             conn.close()
 
 
+async def test_cors_routes_hot_requests_through_the_bridge() -> None:
+    async with running(cors_allow_origins=["http://a.example"]) as srv:
+        assert not srv.asgi_app.serves_directly
+        conn = await Conn.open(srv.server_launcher.port)
+        try:
+            origin = [("Origin", "http://a.example")]
+            await conn.send(request("POST", "/v1/agl/workers/w", b"{}", headers=origin))
+            response = await conn.response()
+            assert response.status == 200 and response.header("access-control-allow-origin") == "http://a.example"
+            preflight = origin + [("Access-Control-Request-Method", "POST")]
+            await conn.send(request("OPTIONS", "/v1/agl/spans", headers=preflight))
+            assert (await conn.response()).status == 200
+        finally:
+            conn.close()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Shutdown
 # ---------------------------------------------------------------------------------------------------------------------
@@ -690,7 +706,9 @@ async def test_same_answers_as_uvicorns_protocol(monkeypatch: pytest.MonkeyPatch
             got = await _answers(ours.server_launcher.port, ids[1])
             assert {type(c).__name__ for c in server_state(plain).connections} <= {"HttpToolsProtocol"}
             assert plain.server_launcher._server.config.http_protocol_class.__name__ == "HttpToolsProtocol"
-            assert ours.server_launcher._server.config.http_protocol_class.__name__ == "create"
+            assert (
+                ours.server_launcher._server.config.http_protocol_class.__module__ == "rollouthub.store.server_protocol"
+            )
     for (label, response), (_, reference) in zip(got, expected, strict=True):
         assert response == reference, label
 
