@@ -267,6 +267,29 @@ async def test_websocket_upgrade_is_answered_as_plain_http(server: LightningStor
     assert await conn.closed_by_server()
 
 
+@pytest.mark.parametrize("mode,n_workers", [("thread", 1), ("mp", 1), ("mp", 2)])
+async def test_every_launch_mode_uses_the_protocol(tmp_path: Path, mode: str, n_workers: int) -> None:
+    """Thread, process and multi-worker servers answer through it too (fingerprint: the close after an upgrade)."""
+    from rollouthub.store.sql import SqlLightningStore
+
+    store: Any = InMemoryLightningStore(thread_safe=True)
+    if mode == "mp":
+        store = SqlLightningStore(f"sqlite:///{tmp_path}/store.db")
+    srv = LightningStoreServer(store, host="127.0.0.1", port=pick_free_port(), launch_mode=mode, n_workers=n_workers)
+    await srv.start()
+    try:
+        conn = await Conn.open(srv.server_launcher.port)
+        try:
+            await conn.send(request("POST", "/v1/agl/workers/w", b"{}") + HEALTH)
+            assert [(await conn.response()).status for _ in range(2)] == [200, 200]
+            await conn.send(request("GET", "/v1/agl/health", headers=[("Connection", "Upgrade"), ("Upgrade", "h2c")]))
+            assert (await conn.response()).header("connection") == "close"  # uvicorn's protocol keeps it open
+        finally:
+            conn.close()
+    finally:
+        await srv.stop()
+
+
 async def test_idle_connection_closes_after_the_keep_alive_timeout() -> None:
     args = PythonServerLauncherArgs(
         host="127.0.0.1", port=pick_free_port(), launch_mode="asyncio", healthcheck_url="/v1/agl/health"
