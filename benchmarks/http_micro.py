@@ -17,6 +17,10 @@ and the ratio to the echo app's CPU per request. A prober in the parent measures
 Usage::
 
     python benchmarks/http_micro.py --backend memory --backend sqlite --clients 4 --ops 2000
+    python benchmarks/http_micro.py --backend memory --clients 2 --ops 2000 --compare-protocols 6
+
+``--compare-protocols ROUNDS`` instead alternates ``ROLLOUTHUB_HTTP_PROTOCOL=uvicorn`` (uvicorn's own HTTP protocol)
+and the store's own protocol, ROUNDS times per backend, and prints the median server CPU per operation of both.
 """
 
 from __future__ import annotations
@@ -396,6 +400,41 @@ def _fmt(report: Dict[str, Any], echo: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PROTOCOL_ENV = "ROLLOUTHUB_HTTP_PROTOCOL"
+
+
+def compare_protocols(backends: Sequence[str], clients: int, ops: int, n_workers: int, rounds: int) -> None:
+    """Server CPU per operation with uvicorn's HTTP protocol vs the store's own, interleaved rounds, medians."""
+    import statistics
+
+    samples: Dict[Tuple[str, str, str], List[float]] = {}
+    labels = ("uvicorn", "rollouthub")
+    saved = os.environ.get(PROTOCOL_ENV)
+    try:
+        for round_index in range(rounds):
+            for backend in backends:
+                url, label = ("sqlite:///./bench.db", "sqlite") if backend == "sqlite" else (backend, backend)
+                for protocol in labels if round_index % 2 == 0 else labels[::-1]:
+                    os.environ[PROTOCOL_ENV] = protocol
+                    workers = n_workers if backend != "memory" else 1
+                    report = bench_backend(label, url, clients, ops, workers, echo_cpu_ms=1.0)
+                    for w in report["workloads"]:
+                        samples.setdefault((label, w["workload"], protocol), []).append(w["server_cpu_ms_per_op"])
+            print(f"# round {round_index + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop(PROTOCOL_ENV, None)
+        else:
+            os.environ[PROTOCOL_ENV] = saved
+    print(f"{'backend':<9}{'workload':<15}{'uvicorn':>10}{'rollouthub':>12}{'change':>9}   (server CPU ms/op, medians)")
+    for (label, workload, protocol), values in samples.items():
+        if protocol != "uvicorn":
+            continue
+        before = statistics.median(values)
+        after = statistics.median(samples[(label, workload, "rollouthub")])
+        print(f"{label:<9}{workload:<15}{before:>10.3f}{after:>12.3f}{100 * (after / before - 1):>+8.1f}%")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -409,6 +448,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--ops", type=int, default=2000, help="operations per workload (rollout uses ops/4)")
     parser.add_argument("--n-workers", type=int, default=1, help="server worker processes (SQL backends only)")
     parser.add_argument("--json", default=None, help="also write the raw results to this JSON file")
+    parser.add_argument(
+        "--compare-protocols",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help=f"instead: ROUNDS interleaved runs per backend with {PROTOCOL_ENV}=uvicorn and with the store's own HTTP "
+        "protocol; prints the median server CPU per operation of both",
+    )
     parser.add_argument("--serve-echo", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo is not None:
@@ -417,6 +464,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     backends = args.backend or ["memory", "sqlite"]
     print(f"# clients={args.clients} ops={args.ops} n_workers={args.n_workers} cpus={os.cpu_count()}")
     print(f"# load average at start: {os.getloadavg()}")
+    if args.compare_protocols > 0:
+        compare_protocols(backends, args.clients, args.ops, args.n_workers, args.compare_protocols)
+        return 0
     reports = []
     echoes = []
     for backend in backends:

@@ -313,6 +313,8 @@ class LightningStoreServer(LightningStore):
 
         self.app: Any = build_app(self)
         # uvicorn serves the front door: it answers the hot routes itself and hands everything else to ``self.app``.
+        # The launcher runs it with the store's own HTTP protocol (``asgi_app.http_protocol_factory()``), which calls
+        # the front door's core directly for hot routes (``ROLLOUTHUB_HTTP_PROTOCOL=uvicorn``: plain uvicorn).
         self.asgi_app: Any = build_front_door(self, self.app)
         self.server_launcher = PythonServerLauncher(self.asgi_app, self.launcher_args)
 

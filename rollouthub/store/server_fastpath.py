@@ -14,6 +14,11 @@ and headers; ``tests/store/test_server_fastpath.py`` checks every hot route agai
 Outermost first, the order of the checks mirrors the FastAPI app's middleware: error mapping (store ``ValueError`` etc.
 → 400 with ``error_type``, sent without CORS headers like :class:`~rollouthub.store.server_app.ErrorMappingMiddleware`)
 → metrics → CORS → bearer auth → body limit → route.
+
+The hot-route logic is transport independent: :meth:`FrontDoor.serve` works on an :class:`Exchange` (one request: its
+method, path, headers, a way to read the body, to send the whole response at once and to replay the request through
+the FastAPI app). :meth:`FrontDoor.__call__` wraps an ASGI request in :class:`AsgiExchange`; the store server's own
+HTTP protocol (:mod:`rollouthub.store.server_protocol`) implements the same interface straight on the socket.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import asyncio
 import hmac
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -57,7 +62,17 @@ from .utils import LATENCY_BUCKETS
 if TYPE_CHECKING:
     from .client_server import LightningStoreServer
 
-__all__ = ["FrontDoor", "HotRoute", "build_front_door"]
+__all__ = [
+    "AsgiExchange",
+    "BodyTooLarge",
+    "ClientGone",
+    "Exchange",
+    "FrontDoor",
+    "HotRoute",
+    "build_front_door",
+    "classify",
+    "replay_receive",
+]
 
 _DEBUG = logging.DEBUG
 _perf_counter = time.perf_counter
@@ -229,8 +244,8 @@ def _is_json_content_type(value: bytes) -> bool:
     return value == b"application/json" or value.startswith(b"application/json;")
 
 
-def _replay(body: bytes, receive: Receive, pending: Optional[Message] = None) -> Receive:
-    """A ``receive`` that first yields the already-read body, then defers to the original channel."""
+def replay_receive(body: bytes, receive: Receive, pending: Optional[Message] = None) -> Receive:
+    """A ``receive`` that first yields the already-read ``body``, then ``pending`` (if any), then defers to ``receive``."""
     sent = [False]
 
     async def replayed() -> Message:
@@ -244,17 +259,145 @@ def _replay(body: bytes, receive: Receive, pending: Optional[Message] = None) ->
     return replayed
 
 
-class _TooLarge(Exception):
-    """The streamed request body exceeded the limit."""
+class BodyTooLarge(Exception):
+    """The request body exceeds the server's limit (answered with 413)."""
 
 
-async def _send_response(
-    send: Send, status: int, body: bytes, headers: Optional[List[Tuple[bytes, bytes]]] = None
-) -> None:
+class ClientGone(Exception):
+    """The client disconnected before the end of the request body; ``body`` holds what was read."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__("client disconnected before the end of the request body")
+        self.body = body
+
+
+ResponseHeaders = Optional[List[Tuple[bytes, bytes]]]
+"""Response headers (lower-case names); ``None`` means JSON: ``content-type: application/json`` + ``content-length``."""
+
+
+class Exchange(Protocol):
+    """One HTTP request served by :meth:`FrontDoor.serve`, independent of the transport that carries it.
+
+    Implemented by :class:`AsgiExchange` (an ASGI request) and by the store server's HTTP protocol
+    (:mod:`rollouthub.store.server_protocol`), which serves the hot routes straight from the socket.
+    """
+
+    @property
+    def method(self) -> str:
+        """Request method (upper case)."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """Percent-decoded request path, root path included (like the ASGI ``scope["path"]``)."""
+        ...
+
+    @property
+    def headers(self) -> Iterable[Tuple[bytes, bytes]]:
+        """Request headers in order, names in lower case."""
+        ...
+
+    @property
+    def client(self) -> Optional[Tuple[str, int]]:
+        """The client's address (for the debug log line), if known."""
+        ...
+
+    @property
+    def http_version(self) -> str:
+        """``"1.1"``, ``"1.0"``, …"""
+        ...
+
+    async def read_body(self, limit: int) -> bytes:
+        """The whole request body; :class:`BodyTooLarge` above ``limit`` bytes (``<= 0``: no limit) and
+        :class:`ClientGone` when the client disconnects before its end."""
+        ...
+
+    async def respond(self, status: int, body: bytes, headers: ResponseHeaders = None, *, cors: bool = True) -> None:
+        """Send the complete response. ``cors=False``: skip CORS processing (mapped application errors, as in the app)."""
+        ...
+
+    async def replay(self, app: ASGIApp, body: bytes) -> None:
+        """Hand the request to the ASGI ``app``, with ``body`` (already read) as its request body."""
+        ...
+
+
+async def _send_response(send: Send, status: int, body: bytes, headers: ResponseHeaders = None) -> None:
     if headers is None:
         headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class AsgiExchange:
+    """:class:`Exchange` over an ASGI request (``scope``, ``receive``, ``send``) of the front door ``door``."""
+
+    __slots__ = ("door", "scope", "receive", "send", "pending")
+
+    def __init__(self, door: FrontDoor, scope: Scope, receive: Receive, send: Send) -> None:
+        self.door = door
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.pending: Optional[Message] = None  # the disconnect message that ended a body early
+
+    @property
+    def method(self) -> str:
+        """``scope["method"]``."""
+        return str(self.scope["method"])
+
+    @property
+    def path(self) -> str:
+        """``scope["path"]``."""
+        return str(self.scope["path"])
+
+    @property
+    def headers(self) -> Iterable[Tuple[bytes, bytes]]:
+        """``scope["headers"]``."""
+        return self.scope["headers"]  # type: ignore[no-any-return]
+
+    @property
+    def client(self) -> Optional[Tuple[str, int]]:
+        """``scope["client"]``."""
+        return self.scope.get("client")
+
+    @property
+    def http_version(self) -> str:
+        """``scope["http_version"]``."""
+        return str(self.scope.get("http_version", "1.1"))
+
+    async def read_body(self, limit: int) -> bytes:
+        """Read ``http.request`` messages up to the end of the body (see :meth:`Exchange.read_body`)."""
+        receive = self.receive
+        chunks: List[bytes] = []
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                self.pending = message
+                raise ClientGone(b"".join(chunks))
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if limit > 0 and received > limit:
+                raise BodyTooLarge()
+            if not message.get("more_body", False):
+                if not chunks:
+                    return chunk  # type: ignore[no-any-return]
+                chunks.append(chunk)
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    async def respond(self, status: int, body: bytes, headers: ResponseHeaders = None, *, cors: bool = True) -> None:
+        """Send ``http.response.start`` + ``http.response.body`` (through the front door's CORS wrapper if any)."""
+        door = self.door
+        if cors and door._cors is not None:
+            self.scope[_RESPONSE_KEY] = (status, body, headers)
+            await door._cors(self.scope, self.receive, self.send)
+        else:
+            await _send_response(self.send, status, body, headers)
+
+    async def replay(self, app: ASGIApp, body: bytes) -> None:
+        """Call ``app`` with a ``receive`` that yields ``body`` first (then the disconnect that ended it, if any)."""
+        await app(self.scope, replay_receive(body, self.receive, self.pending), self.send)
 
 
 class FrontDoor:
@@ -303,82 +446,72 @@ class FrontDoor:
                 expose_headers=["*"],
             )
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The request body limit (``<= 0``: none)."""
+        return self._limit
+
+    @property
+    def serves_directly(self) -> bool:
+        """Whether a transport may call :meth:`serve` itself; ``False`` with CORS (hot requests then go through
+        :meth:`__call__`, where CORS needs the ASGI request)."""
+        return self._cors is None
+
+    def http_protocol_factory(self) -> Callable[..., Any]:
+        """A uvicorn ``Config(http=...)`` protocol factory serving this front door straight from the socket."""
+        from .server_protocol import protocol_factory
+
+        return protocol_factory(self)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI request (or hand it to the FastAPI app)."""
         if scope["type"] == "http":
             match = classify(scope["method"], scope["path"])
             if match is not None:
-                await self._serve(scope, receive, send, match[0], match[1])
+                await self.serve(AsgiExchange(self, scope, receive, send), match[0], match[1])
                 return
         await self.app(scope, receive, send)
 
-    # -- responses -----------------------------------------------------------------------------------------------------
     async def _emit(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Innermost app of the CORS wrapper: send the response prepared in ``scope``."""
         status, body, headers = scope.pop(_RESPONSE_KEY)
         await _send_response(send, status, body, headers)
 
-    async def _respond(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        status: int,
-        body: bytes,
-        headers: Optional[List[Tuple[bytes, bytes]]] = None,
-    ) -> None:
-        """Send a response that passes CORS (everything except mapped application errors, as in the app)."""
-        if self._cors is None:
-            await _send_response(send, status, body, headers)
-        else:
-            scope[_RESPONSE_KEY] = (status, body, headers)
-            await self._cors(scope, receive, send)
-
-    async def _detail(self, scope: Scope, receive: Receive, send: Send, exc: StarletteHTTPException) -> int:
-        """Answer an ``HTTPException`` like the app's exception handler (``{"detail": …}`` plus its headers)."""
-        body = routes.dump_json({"detail": exc.detail})
-        headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body))]
-        for key, value in (getattr(exc, "headers", None) or {}).items():
-            headers.append((key.lower().encode("latin-1"), value.encode("latin-1")))
-        await self._respond(scope, receive, send, exc.status_code, body, headers)
-        return exc.status_code
-
-    # -- request handling ----------------------------------------------------------------------------------------------
-    async def _serve(
-        self, scope: Scope, receive: Receive, send: Send, route: HotRoute, params: Tuple[str, ...]
-    ) -> None:
+    # -- request handling (transport independent) ----------------------------------------------------------------------
+    async def serve(self, exchange: Exchange, route: HotRoute, params: Tuple[str, ...]) -> None:
+        """Serve a request :func:`classify` matched to ``route``: metrics, debug log, errors, auth, limit, route."""
         debug = logger.isEnabledFor(_DEBUG)
         if not debug and self._tracker is None:
             try:
-                await self._handle(scope, receive, send, route, params)
+                await self._handle(exchange, route, params)
             except _MappedError:
                 pass
             return
         t0 = _perf_counter()
         try:
-            status = await self._handle(scope, receive, send, route, params)
+            status = await self._handle(exchange, route, params)
         except asyncio.CancelledError:
-            await self._finish(scope, route, t0, debug, 500, "499")
+            await self._finish(exchange, route, t0, debug, 500, "499")
             raise
         except _MappedError as mapped:
-            await self._finish(scope, route, t0, debug, mapped.status, mapped.label)
+            await self._finish(exchange, route, t0, debug, mapped.status, mapped.label)
             return
         except Exception as exc:
-            await self._finish(scope, route, t0, debug, 500, type(exc).__name__)
+            await self._finish(exchange, route, t0, debug, 500, type(exc).__name__)
             raise
         if status is not None:  # None: replayed through the FastAPI app, which logs and records the request itself
-            await self._finish(scope, route, t0, debug, status, str(status))
+            await self._finish(exchange, route, t0, debug, status, str(status))
 
     async def _finish(
-        self, scope: Scope, route: HotRoute, t0: float, debug: bool, log_status: int, metric_status: str
+        self, exchange: Exchange, route: HotRoute, t0: float, debug: bool, log_status: int, metric_status: str
     ) -> None:
         """Record the HTTP metrics (like ``MetricsMiddleware``) and the debug timing line (like the error mapping)."""
         tracker = self._tracker
         if tracker is not None:
-            path = scope["path"]
+            path = exchange.path
             labels = {
                 "path": template_http_path(path) if route.templated else path,
-                "method": scope["method"],
+                "method": exchange.method,
                 "status": metric_status,
             }
             try:
@@ -387,25 +520,23 @@ class FrontDoor:
             except Exception:  # noqa: BLE001 - metrics must never break a request
                 logger.debug("Failed to record HTTP metrics", exc_info=True)
         if debug:
-            client = scope.get("client")
+            client = exchange.client
             logger.debug(
                 '%s - "%s %s HTTP/%s" %s in %.2f ms',
                 f"{client[0]}:{client[1]}" if client else "-",
-                scope.get("method"),
-                scope["path"],
-                scope.get("http_version", "1.1"),
+                exchange.method,
+                exchange.path,
+                exchange.http_version,
                 log_status,
                 (_perf_counter() - t0) * 1000,
             )
 
-    async def _handle(
-        self, scope: Scope, receive: Receive, send: Send, route: HotRoute, params: Tuple[str, ...]
-    ) -> Optional[int]:
+    async def _handle(self, exchange: Exchange, route: HotRoute, params: Tuple[str, ...]) -> Optional[int]:
         """Serve the request; the status code sent, or ``None`` when the request was replayed through the app."""
         authorization: Optional[bytes] = None
         content_type = b""
         content_length: Optional[bytes] = None
-        for key, value in scope["headers"]:
+        for key, value in exchange.headers:
             if key == b"content-type":
                 if not content_type:
                     content_type = value
@@ -422,73 +553,55 @@ class FrontDoor:
                 detail = b"Missing bearer token" if not provided else b"Invalid bearer token"
                 body = b'{"detail":"' + detail + b'"}'
                 headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body)), (b"www-authenticate", b"Bearer")]
-                await self._respond(scope, receive, send, 401, body, headers)
+                await exchange.respond(401, body, headers)
                 return 401
         limit = self._limit
         if limit > 0 and content_length is not None:
             try:
                 declared = int(content_length)
             except ValueError:
-                await self._respond(scope, receive, send, 400, b'{"detail":"Invalid Content-Length header"}')
+                await exchange.respond(400, b'{"detail":"Invalid Content-Length header"}')
                 return 400
             if declared > limit:
-                return await self._too_large(scope, receive, send)
+                return await self._too_large(exchange)
         if route is OTLP_TRACES:
-            return await self._otlp(scope, receive, send)
+            return await self._otlp(exchange)
         request: Any = None
         if route.validate is not None:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay(b"", receive, message), send)
+            try:
+                body = await exchange.read_body(limit)
+            except BodyTooLarge:
+                return await self._too_large(exchange)
+            except ClientGone as gone:  # FastAPI decides what a partial body means
+                await exchange.replay(self.app, gone.body)
                 return None
-            body = message.get("body", b"")
-            if message.get("more_body", False):
-                try:
-                    body = await self._read_more(receive, body)
-                except _TooLarge:
-                    return await self._too_large(scope, receive, send)
-                if isinstance(body, tuple):  # disconnected mid-body
-                    await self.app(scope, _replay(body[0], receive, body[1]), send)
-                    return None
-            elif limit > 0 and len(body) > limit:
-                return await self._too_large(scope, receive, send)
             request = self._parse(route, body, content_type)
             if request is _FALLBACK:
-                await self.app(scope, _replay(body, receive), send)
+                await exchange.replay(self.app, body)
                 return None
         try:
             payload = await route.handler(self.server, params, request)
         except StarletteHTTPException as exc:
-            return await self._detail(scope, receive, send, exc)
+            return await self._detail(exchange, exc)
         except Exception as exc:
-            raise await self._map_error(scope, send, exc) from exc
+            raise await self._map_error(exchange, exc) from exc
         status = route.status
-        await self._respond(scope, receive, send, status, payload)
+        await exchange.respond(status, payload)
         return status
 
-    async def _read_more(self, receive: Receive, first: bytes) -> Any:
-        """Read the rest of a streamed body; ``(body, message)`` when the client disconnects before the end."""
-        chunks = [first]
-        received = len(first)
-        limit = self._limit
-        if limit > 0 and received > limit:
-            raise _TooLarge()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks), message
-            chunk = message.get("body", b"")
-            chunks.append(chunk)
-            received += len(chunk)
-            if limit > 0 and received > limit:
-                raise _TooLarge()
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> int:
+    async def _too_large(self, exchange: Exchange) -> int:
         body = routes.dump_json({"detail": f"Request body too large (limit {self._limit} bytes)"})
-        await self._respond(scope, receive, send, 413, body)
+        await exchange.respond(413, body)
         return 413
+
+    async def _detail(self, exchange: Exchange, exc: StarletteHTTPException) -> int:
+        """Answer an ``HTTPException`` like the app's exception handler (``{"detail": …}`` plus its headers)."""
+        body = routes.dump_json({"detail": exc.detail})
+        headers = [_JSON_HEADER, (b"content-length", b"%d" % len(body))]
+        for key, value in (getattr(exc, "headers", None) or {}).items():
+            headers.append((key.lower().encode("latin-1"), value.encode("latin-1")))
+        await exchange.respond(exc.status_code, body, headers)
+        return exc.status_code
 
     @staticmethod
     def _parse(route: HotRoute, body: bytes, content_type: bytes) -> Any:
@@ -502,22 +615,22 @@ class FrontDoor:
         except ValueError:  # pydantic's ValidationError is a ValueError
             return _FALLBACK
 
-    async def _map_error(self, scope: Scope, send: Send, exc: Exception) -> _MappedError:
+    async def _map_error(self, exchange: Exchange, exc: Exception) -> _MappedError:
         """Answer an exception of a ``/v1/agl`` store call like ``ErrorMappingMiddleware`` (no CORS headers)."""
         status, payload = error_payload(exc)
-        method, path = scope.get("method"), scope["path"]
+        method, path = exchange.method, exchange.path
         if status >= 500:
             logger.error("Error while handling %s %s", method, path, exc_info=exc)
         else:
             logger.info("Rejected %s %s: %s: %s", method, path, type(exc).__name__, exc)
-        await _send_response(send, status, routes.dump_json(payload))
+        await exchange.respond(status, routes.dump_json(payload), cors=False)
         return _MappedError(status, type(exc).__name__)
 
     # -- OTLP ----------------------------------------------------------------------------------------------------------
-    async def _otlp(self, scope: Scope, receive: Receive, send: Send) -> int:
+    async def _otlp(self, exchange: Exchange) -> int:
         """``POST /v1/traces``: OTLP export (a body over the limit is a 413, like on the REST routes)."""
         content_type = content_encoding = accept_encoding = None
-        for key, value in scope["headers"]:
+        for key, value in exchange.headers:
             if key == b"content-type":
                 content_type = content_type or value.decode("latin-1")
             elif key == b"content-encoding":
@@ -527,21 +640,12 @@ class FrontDoor:
         limit = self._limit
 
         async def read_body() -> bytes:
-            chunks: List[bytes] = []
-            received = 0
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    from starlette.requests import ClientDisconnect
+            try:
+                return await exchange.read_body(limit)
+            except ClientGone:
+                from starlette.requests import ClientDisconnect
 
-                    raise ClientDisconnect()
-                chunk = message.get("body", b"")
-                chunks.append(chunk)
-                received += len(chunk)
-                if limit > 0 and received > limit:
-                    raise _TooLarge()
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
+                raise ClientDisconnect() from None
 
         server = self.server
         try:
@@ -554,15 +658,14 @@ class FrontDoor:
                 server.get_many_span_sequence_ids,
                 add_many_spans_assigning_ids=server.add_many_spans_assigning_ids,
             )
-        except _TooLarge:
-            return await self._too_large(scope, receive, send)
+        except BodyTooLarge:
+            return await self._too_large(exchange)
         except Exception:
             # Outside /v1/agl the app maps nothing: Starlette's ServerErrorMiddleware answers a plain 500 and re-raises.
-            await _send_response(
-                send, 500, _TEXT_500, [(b"content-length", b"21"), (b"content-type", b"text/plain; charset=utf-8")]
-            )
+            headers = [(b"content-length", b"21"), (b"content-type", b"text/plain; charset=utf-8")]
+            await exchange.respond(500, _TEXT_500, headers, cors=False)
             raise
-        await self._respond(scope, receive, send, result.status_code, result.body, result.raw_headers())
+        await exchange.respond(result.status_code, result.body, result.raw_headers())
         return int(result.status_code)
 
 

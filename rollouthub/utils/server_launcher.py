@@ -5,6 +5,9 @@ Design notes (differences from the reference, all documented in ``docs/server.md
 * The listening socket is bound **by the launcher before uvicorn starts** and handed to uvicorn. A port that is
   already taken therefore fails immediately with ``RuntimeError("Server did not start up within ... seconds: ...
   address already in use ...")`` instead of waiting for the start-up timeout.
+* An app that offers its own HTTP protocol (an ``http_protocol_factory()`` method returning a uvicorn
+  ``Config(http=...)`` factory, like the store server's front door) is served with it; uvicorn still owns the sockets,
+  signals, shutdown and workers. ``ROLLOUTHUB_HTTP_PROTOCOL=uvicorn`` forces uvicorn's own protocol.
 * ``mp`` mode with ``n_workers > 1`` does not need gunicorn: a supervisor process (forked from the caller) binds
   nothing itself but inherits the pre-bound socket, forks ``n_workers`` uvicorn workers that all accept on that socket
   (the app and its store are created once and inherited, like gunicorn's ``preload_app``), restarts workers that die
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncContextManager, AsyncIterator, Callable, Coroutine, Dict, List, Literal, Optional, TypeVar
 
 __all__ = [
+    "HTTP_PROTOCOL_ENV",
     "LaunchMode",
     "PythonServerLauncherArgs",
     "PythonServerLauncher",
@@ -59,6 +63,10 @@ LaunchMode = Literal["asyncio", "thread", "mp"]
 """How the server runs: a task in the caller's loop, a daemon thread with its own loop, or forked process(es)."""
 
 _POLL_INTERVAL = 0.02
+
+HTTP_PROTOCOL_ENV = "ROLLOUTHUB_HTTP_PROTOCOL"
+"""Environment variable: ``uvicorn`` serves an app that has its own HTTP protocol (``http_protocol_factory()``, e.g. the
+store server's front door) with uvicorn's standard protocol instead (escape hatch)."""
 
 
 @dataclass
@@ -257,11 +265,24 @@ class PythonServerLauncher:
         return False
 
     # -- uvicorn -------------------------------------------------------------------------------------------------------
+    def _http_protocol(self) -> Any:
+        """uvicorn's ``http`` setting: the app's own protocol when it offers one, unless the environment forces uvicorn's."""
+        factory = getattr(self.app, "http_protocol_factory", None)
+        if factory is None:
+            return "auto"
+        choice = os.environ.get(HTTP_PROTOCOL_ENV, "").strip().lower()
+        if choice == "uvicorn":
+            return "auto"
+        if choice not in ("", "auto", "rollouthub"):
+            logger.warning("Ignoring %s=%r (expected 'uvicorn' or 'rollouthub')", HTTP_PROTOCOL_ENV, choice)
+        return factory()
+
     def _uvicorn_server(self) -> Any:
         import uvicorn
 
         config = uvicorn.Config(
             self.app,
+            http=self._http_protocol(),
             host=self._host,
             port=self._port,
             log_level=_uvicorn_log_level(self.args.log_level),
