@@ -117,12 +117,15 @@ _WAIT_SLICE_SECONDS = 10.0
 
 
 def tracked(name: str) -> Callable[[F], F]:
-    """Record the method in the call-stack context and, with a tracker, emit ``agl.store.*`` metrics."""
+    """Record the method in the call-stack context and, with a tracker, emit ``agl.store.*`` metrics.
+
+    Private methods (``_name``) get a plain wrapper returning the coroutine, so that without a tracker they cost no
+    extra coroutine frame (they run several times per store call); public methods stay coroutine functions.
+    """
     is_public = name in COLLECTION_STORE_PUBLIC_METHODS
 
     def decorator(func: F) -> F:
-        @functools.wraps(func)
-        async def wrapper(self: CollectionBasedLightningStore[Any], *args: Any, **kwargs: Any) -> Any:
+        async def measured(self: CollectionBasedLightningStore[Any], *args: Any, **kwargs: Any) -> Any:
             tracker = self._tracker
             if tracker is None:
                 return await func(self, *args, **kwargs)
@@ -144,6 +147,15 @@ def tracked(name: str) -> Callable[[F], F]:
                     _current_public_method.reset(pub_token)
                 await tracker.inc_counter("agl.store.total", labels=labels)
                 await tracker.observe_histogram("agl.store.latency", time.perf_counter() - start, labels=labels)
+
+        if not name.startswith("_"):
+            return cast(F, functools.wraps(func)(measured))
+
+        @functools.wraps(func)
+        def wrapper(self: CollectionBasedLightningStore[Any], *args: Any, **kwargs: Any) -> Any:
+            if self._tracker is None:
+                return func(self, *args, **kwargs)
+            return measured(self, *args, **kwargs)
 
         return cast(F, wrapper)
 
