@@ -16,6 +16,7 @@ from rollouthub.store.collection.sql_schema import (
     SchemaVersionError,
     normalize_database_url,
 )
+from rollouthub.types import Span
 from tests.store.sql_backends import open_target_store, sql_target
 
 
@@ -109,7 +110,11 @@ async def test_typed_columns_and_indexes(target: tuple[str, str]) -> None:
     if schema == "-":
         cols = {r[1]: r[2] for r in await _run_sql(url, schema, "PRAGMA table_info(spans)")}
         assert cols["sequence_id"] == "BIGINT" and cols["start_time"] == "DOUBLE" and cols["attributes"] == "TEXT"
-        indexes = {r[1] for r in await _run_sql(url, schema, "PRAGMA index_list(spans)")}
+        indexes = {
+            r[1]
+            for table in ("spans", "attempts", "rollouts")
+            for r in await _run_sql(url, schema, f"PRAGMA index_list({table})")
+        }
     else:
         cols = {
             r["column_name"]: r["data_type"]
@@ -126,7 +131,49 @@ async def test_typed_columns_and_indexes(target: tuple[str, str]) -> None:
             r["indexname"]
             for r in await _run_sql(url, schema, f"SELECT indexname FROM pg_indexes WHERE schemaname = '{schema}'")
         }
-    assert "ix_spans_rollout_id_sequence_id" in indexes
+    assert {"ix_rollouts_status", "ix_rollouts_start_time"} <= indexes
+    # Attempts and spans keep only their primary-key index (schema version 2).
+    assert not {name for name in indexes if name.startswith(("ix_attempts", "ix_spans"))}
+
+
+_V1_INDEXES = (
+    "CREATE INDEX ix_attempts_rollout_id_sequence_id ON attempts (rollout_id, sequence_id)",
+    "CREATE INDEX ix_attempts_status ON attempts (status)",
+    "CREATE INDEX ix_attempts_worker_id ON attempts (worker_id)",
+    "CREATE INDEX ix_spans_rollout_id_sequence_id ON spans (rollout_id, sequence_id)",
+)
+
+
+async def test_version_1_database_is_migrated(target: tuple[str, str]) -> None:
+    """A database written by schema version 1 (secondary indexes on attempts and spans) opens, loses those indexes,
+    keeps its data and reports version 2."""
+    url, schema = target
+    store = open_target_store(url, schema)
+    try:
+        rollout = await store.start_rollout(input={"q": 1})
+        span = Span.from_attributes(
+            attributes={"k": "v"}, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=1
+        )
+        await store.add_span(span)
+    finally:
+        await store.close()
+    for statement in _V1_INDEXES:
+        await _run_sql(url, schema, statement)
+    await _run_sql(url, schema, f"UPDATE {SCHEMA_TABLE} SET version = 1")
+    migrated = open_target_store(url, schema)
+    try:
+        spans = await migrated.query_spans(rollout.rollout_id, attempt_id="latest")
+        assert [s.span_id for s in spans] == [span.span_id]
+    finally:
+        await migrated.close()
+    assert (await _run_sql(url, schema, f"SELECT version FROM {SCHEMA_TABLE}"))[0][0] == SCHEMA_VERSION == 2
+    if schema == "-":
+        names = {r[0] for r in await _run_sql(url, schema, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    else:
+        rows = await _run_sql(url, schema, f"SELECT indexname FROM pg_indexes WHERE schemaname = '{schema}'")
+        names = {r["indexname"] for r in rows}
+    assert not names & {statement.split()[2] for statement in _V1_INDEXES}
+    assert "ix_rollouts_status" in names
 
 
 async def test_newer_schema_version_fails_with_clear_message(target: tuple[str, str]) -> None:

@@ -40,8 +40,8 @@ __all__ = [
     "json_dumps",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the schema written by this code."""
+SCHEMA_VERSION = 2
+"""Version of the schema written by this code (2: no secondary indexes on attempts and spans, see ``MIGRATIONS``)."""
 
 SCHEMA_TABLE = "rollouthub_schema"
 
@@ -218,8 +218,10 @@ class TableSpec:
 
 _MODELS: Tuple[Tuple[str, Type[BaseModel], Tuple[str, ...], Tuple[Tuple[str, ...], ...]], ...] = (
     ("rollouts", Rollout, ("rollout_id",), (("status",), ("start_time",))),
-    ("attempts", Attempt, ("rollout_id", "attempt_id"), (("rollout_id", "sequence_id"), ("status",), ("worker_id",))),
-    ("spans", Span, ("rollout_id", "attempt_id", "span_id"), (("rollout_id", "sequence_id"),)),
+    # Every query of attempts and spans names the rollout (and usually the attempt): the primary-key index serves it
+    # (the few rows of one rollout are sorted in memory), so no secondary index is maintained on the hot write path.
+    ("attempts", Attempt, ("rollout_id", "attempt_id"), ()),
+    ("spans", Span, ("rollout_id", "attempt_id", "span_id"), ()),
     ("resources", ResourcesUpdate, ("resources_id",), (("update_time",),)),
     ("workers", Worker, ("worker_id",), (("status",),)),
 )
@@ -298,9 +300,24 @@ class SqlSchema:
 
 Migration = Callable[[AsyncConnection, SqlSchema], Awaitable[None]]
 
-MIGRATIONS: Dict[int, Migration] = {}
+_DROPPED_IN_V2 = (
+    "ix_attempts_rollout_id_sequence_id",
+    "ix_attempts_status",
+    "ix_attempts_worker_id",
+    "ix_spans_rollout_id_sequence_id",
+)
+
+
+async def _v1_to_v2(conn: AsyncConnection, schema: SqlSchema) -> None:
+    """Drop the secondary indexes of attempts and spans: no query needs them (the primary key serves every lookup by
+    rollout) and each one cost a page write per transaction on the hot path (a span batch, a claim, an update)."""
+    for name in _DROPPED_IN_V2:
+        await conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+
+
+MIGRATIONS: Dict[int, Migration] = {1: _v1_to_v2}
 """Forward migrations: ``MIGRATIONS[v]`` upgrades a database from version ``v`` to ``v + 1`` (inside one
-transaction). Version 1 is the first released schema, so the list is empty for now."""
+transaction). Version 1 was the first released schema; 2 dropped the secondary indexes of attempts and spans."""
 
 PG_SCHEMA_LOCK_KEY = 0x726F6C6C  # "roll": advisory lock serialising schema creation across processes
 
