@@ -46,6 +46,7 @@ from .client_server import (
     UpdateWorkerRequest,
     WaitForRolloutsRequest,
 )
+from .collection.base import model_field_names
 
 if TYPE_CHECKING:
     from .client_server import LightningStoreServer
@@ -109,7 +110,7 @@ def validate_pagination(
     filter_logic: Optional[str] = None,
 ) -> None:
     """Apply store.md 11.5 in order, raising ``HTTPException(400)`` on the first violation."""
-    if sort_by is not None and sort_by not in model.model_fields:
+    if sort_by is not None and sort_by not in model_field_names(model):
         allowed = ", ".join(model.model_fields)
         raise HTTPException(400, f"Invalid sort_by: {sort_by}, allowed fields are: {allowed}")
     if sort_order not in ("asc", "desc"):

@@ -251,9 +251,15 @@ def resolve_sort_options(sort: Optional[SortOptions]) -> Optional[Tuple[str, Lit
     return name, order  # type: ignore[return-value]
 
 
+@functools.cache
+def model_field_names(model: Type[BaseModel]) -> frozenset[str]:
+    """The declared field names of a model class (cached: pydantic's ``model_fields`` is a computed property)."""
+    return frozenset(model.model_fields)
+
+
 def check_sort_field(model: Type[BaseModel], name: str) -> None:
     """Raise ``ValueError`` when ``name`` is not a field of ``model``."""
-    if name not in model.model_fields:
+    if name not in model_field_names(model):
         raise ValueError(f"Failed to sort items by '{name}': field does not exist on {model.__name__}")
 
 
