@@ -13,7 +13,7 @@ import copy
 import logging
 import os
 import threading
-from typing import Any, Dict, List, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
@@ -31,7 +31,9 @@ from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
 from .base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities
-from .client import LightningStoreClient
+
+if TYPE_CHECKING:
+    from .client import LightningStoreClient
 
 __all__ = [
     "API_V1_PREFIX",
@@ -427,6 +429,8 @@ class LightningStoreServer(LightningStore):
     def _get_client(self) -> Any:
         with self._lock:
             if self._client is None:
+                from .client import LightningStoreClient
+
                 self._client = LightningStoreClient(self.endpoint, api_token=self._api_token)
             return self._client
 
@@ -513,3 +517,12 @@ for _name in _DELEGATED_METHODS:
     setattr(LightningStoreServer, _name, _make_delegate(_name))
 del _name
 LightningStoreServer.add_otel_span = _server_add_otel_span  # type: ignore[method-assign,assignment]
+
+
+def __getattr__(name: str) -> Any:
+    """``LightningStoreClient`` is imported on first use (it pulls in aiohttp, which a server process never needs)."""
+    if name == "LightningStoreClient":
+        from .client import LightningStoreClient
+
+        return LightningStoreClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
