@@ -164,8 +164,11 @@ def _attributes(kvs: Any) -> Dict[str, Any]:
     result: Dict[str, Any] = {}
     for kv in kvs:
         value = kv.value
+        if value.HasField("string_value"):  # by far the most common kind: one call instead of two
+            result[kv.key] = value.string_value
+            continue
         kind = value.WhichOneof("value")
-        if kind in _SCALAR_KINDS:  # the common case, without the generic conversion below
+        if kind in _SCALAR_KINDS:  # the other scalars, without the generic conversion below
             result[kv.key] = getattr(value, kind)
         else:
             result[kv.key] = _attribute_value(_any_value(value))
