@@ -1198,6 +1198,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         remaining = set(rollout_ids)
         finished: Dict[str, Rollout] = {}
         waiter = self._waiters.register(remaining)
+        read_store = True  # first pass, after a wake-up without a payload, after a slice without any wake-up
         try:
             while True:
                 for rollout_id, rollout in waiter.take_delivered().items():
@@ -1206,17 +1207,19 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                         remaining.discard(rollout_id)
                 if not remaining:
                     break
-                async with self._read("rollouts") as c:
-                    current = await self._unlocked_query_rollouts_by_rollout_ids(c, list(remaining))
-                for rollout_id in list(remaining):
-                    rollout = current.get(rollout_id)
-                    if rollout is None:
-                        remaining.discard(rollout_id)
-                    elif is_finished(rollout):
-                        finished[rollout_id] = rollout
-                        remaining.discard(rollout_id)
-                if not remaining:
-                    break
+                if read_store or waiter.take_stale():
+                    # A wake-up that only delivered rollouts finished in this process needs no re-read.
+                    async with self._read("rollouts") as c:
+                        current = await self._unlocked_query_rollouts_by_rollout_ids(c, list(remaining))
+                    for rollout_id in list(remaining):
+                        rollout = current.get(rollout_id)
+                        if rollout is None:
+                            remaining.discard(rollout_id)
+                        elif is_finished(rollout):
+                            finished[rollout_id] = rollout
+                            remaining.discard(rollout_id)
+                    if not remaining:
+                        break
                 if deadline is None:
                     slice_seconds: Optional[float] = _WAIT_SLICE_SECONDS
                 else:
@@ -1227,6 +1230,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                 if poll is not None:
                     slice_seconds = poll if slice_seconds is None else min(slice_seconds, poll)
                 woken = await waiter.wait(slice_seconds)
+                read_store = not woken
                 if not woken and deadline is None:
                     await self._scan_for_unhealthy_rollouts()
         finally:

@@ -1,8 +1,10 @@
 """Event-driven wake-ups for ``wait_for_rollouts`` that work across threads and event loops.
 
-A waiter registers the rollout ids it waits for, then re-reads the store each time it is woken. The store wakes
-the waiters of a rollout right after a unit that finished it has been written; backends that share data across
-processes wake everybody when they notice an external change (see :meth:`RolloutWaiters.wake_all`).
+A waiter registers the rollout ids it waits for. The store hands the finished rollouts of this process to their
+waiters right after the unit that finished them has been written (:meth:`RolloutWaiters.wake`), so a waiter need not
+re-read the store for those; backends that share data across processes wake waiters without a payload when they
+notice an external change (:meth:`RolloutWaiters.wake_all` / :meth:`~RolloutWaiters.wake_ids`), and the waiter then
+re-reads the store.
 """
 
 from __future__ import annotations
@@ -17,20 +19,21 @@ __all__ = ["RolloutWaiters", "Waiter"]
 class Waiter:
     """One waiting coroutine: an ``asyncio.Event`` bound to its loop, settable from any thread."""
 
-    __slots__ = ("loop", "event", "rollout_ids", "_delivered", "_lock")
+    __slots__ = ("loop", "event", "rollout_ids", "_delivered", "_stale", "_lock")
 
     def __init__(self, rollout_ids: Set[str]) -> None:
         self.loop = asyncio.get_running_loop()
         self.event = asyncio.Event()
         self.rollout_ids = rollout_ids
         self._delivered: Dict[str, Any] = {}
+        self._stale = False
         self._lock = threading.Lock()
 
     def deliver(self, rollouts: Mapping[str, Any]) -> None:
         """Hand finished rollouts to the waiter (so it need not re-read them) and wake it."""
         with self._lock:
             self._delivered.update(rollouts)
-        self.wake()
+        self._set()
 
     def take_delivered(self) -> Dict[str, Any]:
         """Finished rollouts delivered since the last call."""
@@ -38,7 +41,20 @@ class Waiter:
             delivered, self._delivered = self._delivered, {}
         return delivered
 
+    def take_stale(self) -> bool:
+        """Whether a wake-up without a payload (:meth:`wake`) arrived since the last call: the store may have changed
+        in ways the deliveries do not tell, so the waiter must re-read it."""
+        with self._lock:
+            stale, self._stale = self._stale, False
+        return stale
+
     def wake(self) -> None:
+        """Wake the waiter so that it re-reads the store (from any thread)."""
+        with self._lock:
+            self._stale = True
+        self._set()
+
+    def _set(self) -> None:
         """Set the event from any thread (ignored when the waiter's loop is closed)."""
         try:
             self.loop.call_soon_threadsafe(self.event.set)
