@@ -112,6 +112,10 @@ def _field_kind(annotation: Any) -> Kind:
     return "json"
 
 
+_EMPTY_JSON: Dict[type, str] = {list: "[]", dict: "{}", str: '""'}
+"""JSON text of empty containers (what ``to_json`` would produce, without the call)."""
+
+
 @dataclass
 class TableSpec:
     """How one model is stored: table, column kinds, primary keys and the insertion-order column."""
@@ -145,7 +149,12 @@ class TableSpec:
             value = values[name]
             kind = kinds[name]
             if kind == "json":
-                value = to_json(value).decode()
+                if value is None:
+                    value = "null"
+                elif not value and type(value) in _EMPTY_JSON:
+                    value = _EMPTY_JSON[type(value)]  # e.g. a span's empty events/links
+                else:
+                    value = to_json(value).decode()
             elif kind == "float" and value is not None:
                 value = float(value)
             out[name] = value
