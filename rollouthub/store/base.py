@@ -368,49 +368,15 @@ class LightningStore:
         raise NotImplementedError()
 
     async def query_spans_json(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
+        self, rollout_id: str, attempt_id: str | Literal["latest"] | None = None, **filters: Any
     ) -> bytes:
-        """:meth:`query_spans`, answered as the JSON bytes of its page (:func:`paginated_json`) -- what the server
-        sends for ``POST /spans/search``.
+        """:meth:`query_spans` (same keyword arguments), answered as the JSON bytes of its page
+        (:func:`paginated_json`) -- what the server sends for ``POST /spans/search``.
 
         A rollouthub extension of the contract. This default serializes the result of :meth:`query_spans`; the SQL
         store builds the JSON from the stored columns without creating span models.
         """
-        return paginated_json(
-            await self.query_spans(
-                rollout_id,
-                attempt_id,
-                trace_id=trace_id,
-                trace_id_contains=trace_id_contains,
-                span_id=span_id,
-                span_id_contains=span_id_contains,
-                parent_id=parent_id,
-                parent_id_contains=parent_id_contains,
-                name=name,
-                name_contains=name_contains,
-                filter_logic=filter_logic,
-                limit=limit,
-                offset=offset,
-                sort_by=sort_by,
-                sort_order=sort_order,
-            )
-        )
+        return paginated_json(await self.query_spans(rollout_id, attempt_id, **filters))
 
     async def update_rollout(
         self,

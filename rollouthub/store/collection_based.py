@@ -30,6 +30,7 @@ from typing import (
     Generic,
     List,
     Literal,
+    NamedTuple,
     Optional,
     Sequence,
     Tuple,
@@ -205,6 +206,51 @@ def _by_attempt(rollout_id: str, attempt_id: str) -> FilterOptions:
 
 
 _LATEST_FIRST: SortOptions = {"name": "sequence_id", "order": "desc"}
+
+
+class _SpanQuery(NamedTuple):
+    """The optional part of a span query: pooled ``exact``/``contains`` conditions, sort and page."""
+
+    conditions: Dict[str, Dict[str, Any]]
+    filter_logic: str
+    sort: Optional[SortOptions]
+    limit: int
+    offset: int
+
+    @staticmethod
+    def build(
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: Literal["and", "or"] = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: Literal["asc", "desc"] = "asc",
+    ) -> _SpanQuery:
+        """From the keyword arguments (and defaults) of ``query_spans``."""
+        conditions: Dict[str, Dict[str, Any]] = {}
+        for field, exact, contains in (
+            ("trace_id", trace_id, trace_id_contains),
+            ("span_id", span_id, span_id_contains),
+            ("parent_id", parent_id, parent_id_contains),
+            ("name", name, name_contains),
+        ):
+            ops: Dict[str, Any] = {}
+            if exact is not None:
+                ops["exact"] = exact
+            if contains is not None:
+                ops["contains"] = contains
+            if ops:
+                conditions[field] = ops
+        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
+        return _SpanQuery(conditions, filter_logic, sort, limit, offset)
 
 
 class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
@@ -940,73 +986,44 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         sort_order: Literal["asc", "desc"] = "asc",
     ) -> PaginatedResult[Span]:
         """Spans of a rollout; the scope (rollout, attempt) is always ANDed, optional filters pooled."""
-        scope = await self._span_query_scope(
-            rollout_id,
-            attempt_id,
-            (
-                ("trace_id", trace_id, trace_id_contains),
-                ("span_id", span_id, span_id_contains),
-                ("parent_id", parent_id, parent_id_contains),
-                ("name", name, name_contains),
-            ),
-            filter_logic,
-            sort_by,
-            sort_order,
+        query = _SpanQuery.build(
+            trace_id=trace_id,
+            trace_id_contains=trace_id_contains,
+            span_id=span_id,
+            span_id_contains=span_id_contains,
+            parent_id=parent_id,
+            parent_id_contains=parent_id_contains,
+            name=name,
+            name_contains=name_contains,
+            filter_logic=filter_logic,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
         )
-        if scope is None:
+        filters = await self._span_scope(rollout_id, attempt_id, query)
+        if filters is None:
             return PaginatedResult(items=[], limit=limit, offset=offset, total=0)
-        return await self._query_spans_unit(rollout_id, scope[0], scope[1], limit, offset)
+        return await self._query_spans_unit(rollout_id, filters, query.sort, limit, offset)
 
     @tracked("query_spans_json")
     @healthcheck_before
     async def query_spans_json(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
+        self, rollout_id: str, attempt_id: str | Literal["latest"] | None = None, **filters: Any
     ) -> bytes:
-        """:meth:`query_spans` as the JSON bytes of its page (the backend may build them without span models)."""
-        scope = await self._span_query_scope(
-            rollout_id,
-            attempt_id,
-            (
-                ("trace_id", trace_id, trace_id_contains),
-                ("span_id", span_id, span_id_contains),
-                ("parent_id", parent_id, parent_id_contains),
-                ("name", name, name_contains),
-            ),
-            filter_logic,
-            sort_by,
-            sort_order,
-        )
+        """:meth:`query_spans` (same keyword arguments) as the JSON bytes of its page (the backend may build them
+        without span models)."""
+        query = _SpanQuery.build(**filters)
+        scope = await self._span_scope(rollout_id, attempt_id, query)
         if scope is None:
-            return paginated_json_from_items([], limit, offset, 0)
-        return await self._query_spans_json_unit(rollout_id, scope[0], scope[1], limit, offset)
+            return paginated_json_from_items([], query.limit, query.offset, 0)
+        return await self._query_spans_json_unit(rollout_id, scope, query.sort, query.limit, query.offset)
 
-    async def _span_query_scope(
-        self,
-        rollout_id: str,
-        attempt_id: Optional[str],
-        conditions: Sequence[Tuple[str, Optional[str], Optional[str]]],
-        filter_logic: str,
-        sort_by: Optional[str],
-        sort_order: Literal["asc", "desc"],
-    ) -> Optional[Tuple[FilterOptions, Optional[SortOptions]]]:
-        """The filter and sort of a span query (``conditions``: ``(field, exact, contains)`` triples, pooled with
-        ``filter_logic``); ``None`` when ``attempt_id="latest"`` and the rollout has no attempt."""
+    async def _span_scope(
+        self, rollout_id: str, attempt_id: Optional[str], query: _SpanQuery
+    ) -> Optional[FilterOptions]:
+        """The filter of a span query: the rollout (and attempt) scope ANDed with the query's pooled conditions;
+        ``None`` when ``attempt_id="latest"`` and the rollout has no attempt."""
         if attempt_id == "latest":
             async with self._read("attempts") as c:
                 latest = await self._unlocked_get_latest_attempt(c, rollout_id)
@@ -1016,19 +1033,10 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         must: Dict[str, Any] = {"rollout_id": {"exact": rollout_id}}
         if attempt_id is not None:
             must["attempt_id"] = {"exact": attempt_id}
-        filters: FilterOptions = {"_must": must}
-        for field, exact, contains in conditions:
-            ops: Dict[str, Any] = {}
-            if exact is not None:
-                ops["exact"] = exact
-            if contains is not None:
-                ops["contains"] = contains
-            if ops:
-                filters[field] = ops
-        if len(filters) > 1:
-            filters["_aggregate"] = filter_logic
-        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
-        return filters, sort
+        filters: FilterOptions = {"_must": must, **query.conditions}
+        if query.conditions:
+            filters["_aggregate"] = query.filter_logic
+        return filters
 
     async def _query_spans_unit(
         self, rollout_id: str, filters: FilterOptions, sort: Optional[SortOptions], limit: int, offset: int
