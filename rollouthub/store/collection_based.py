@@ -778,12 +778,11 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
     async def _unlocked_sync_span_sequence_id(self, c: Any, rollout_id: str, sequence_id: int) -> None:
         """Inside a unit: raise the rollout's counter to at least ``sequence_id``.
 
-        Read first and write only when needed: spans whose ids were allocated by the store (the common case) then
-        never write the counter row, so concurrent span inserts of one rollout do not contend on it.
+        The counter is written only when needed (``KeyValue.raise_to``): spans whose ids were allocated by the store
+        (the common case) then never write the counter row, so concurrent span inserts of one rollout do not contend
+        on it.
         """
-        current = await c.span_sequence_ids.get(rollout_id)
-        if current is None or current < sequence_id:
-            await c.span_sequence_ids.chmax(rollout_id, sequence_id)
+        await c.span_sequence_ids.raise_to(rollout_id, sequence_id)
 
     @tracked("add_span")
     async def add_span(self, span: Span) -> Span | None:

@@ -577,6 +577,27 @@ async def test_key_value_inc_and_chmax(collections: Any) -> None:
         assert await kv.inc("fresh", 1) == 7
 
 
+async def test_key_value_raise_to(collections: Any) -> None:
+    async with collections.atomic() as c:
+        kv = c.span_sequence_ids
+        await kv.raise_to("r", 4)  # missing key
+        assert await kv.get("r") == 4
+        await kv.raise_to("r", 2)  # lower: unchanged
+        assert await kv.get("r") == 4
+        await kv.raise_to("r", 4)
+        assert await kv.get("r") == 4
+        await kv.raise_to("r", 9)
+        assert await kv.get("r") == 9
+        assert await kv.inc("r", 1) == 10
+        await kv.raise_to("f", 1.5)  # floats go through chmax
+        await kv.raise_to("f", 2.5)
+        assert await kv.get("f") == 2.5
+        await kv.set("text", "not a number")
+        with pytest.raises(TypeError):
+            await kv.raise_to("text", 3)
+        assert await kv.get("text") == "not a number"
+
+
 @pytest.mark.parametrize("bad", ["1", None, True, [1]])
 async def test_key_value_rejects_non_numeric_arguments(collections: Any, bad: Any) -> None:
     async with collections.atomic() as c:
@@ -585,4 +606,6 @@ async def test_key_value_rejects_non_numeric_arguments(collections: Any, bad: An
             await c.span_sequence_ids.inc("r", bad)
         with pytest.raises(TypeError):
             await c.span_sequence_ids.chmax("r", bad)
+        with pytest.raises(TypeError):
+            await c.span_sequence_ids.raise_to("r", bad)
         assert await c.span_sequence_ids.get("r") == 1

@@ -458,6 +458,15 @@ class KeyValue(TrackedCollection, Generic[K, V]):
         """Store ``max(existing, value)`` (missing key -> ``value``) and return the stored value."""
         raise NotImplementedError()
 
+    async def raise_to(self, key: K, value: V) -> None:
+        """Make the stored value at least ``value`` (missing key -> ``value``), writing only when it must -- so that
+        callers which usually find the value already high enough do not contend on the key (rollouthub extension).
+        Same argument checks as :meth:`chmax`. This default reads, then calls :meth:`chmax` when needed."""
+        ensure_numeric(value, description="value")
+        current = await self.get(key)
+        if current is None or current < value:  # type: ignore[operator]
+            await self.chmax(key, value)
+
     async def pop(self, key: K, default: Optional[V] = None) -> Optional[V]:
         """Remove ``key`` and return its value, or ``default``."""
         raise NotImplementedError()

@@ -742,6 +742,31 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
         """Store ``max(existing, value)`` atomically (missing key -> ``value``); returns the stored value."""
         return await self._numeric_update(key, value, "chmax")
 
+    @tracked("raise_to")
+    async def raise_to(self, key: str, value: Any) -> None:
+        """SQLite, integer ``value``: one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE num < value`` (the write lock is
+        held by the unit anyway, and a false condition writes nothing). PostgreSQL and other values: read first, then
+        :meth:`chmax` only when needed (a conditional upsert would still lock the row there)."""
+        ensure_numeric(value, description="value")
+        if self._backend.dialect != "sqlite" or not isinstance(value, int):
+            await super().raise_to(key, value)
+            return
+        t = self._table
+
+        def build() -> Any:
+            ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
+            # A stored non-integer (num IS NULL) is selected too, and left unchanged: RETURNING then says so.
+            return ins.on_conflict_do_update(
+                index_elements=["key"],
+                set_={"num": sa.case((t.c.num.is_(None), None), else_=ins.excluded.num)},
+                where=sa.or_(t.c.num.is_(None), t.c.num < ins.excluded.num),
+            ).returning(t.c.num)
+
+        stmt = self._stmt(("kr",), build)
+        rows = await self._run(True, lambda u: u.fetch(stmt, {"k": str(key), "n": value}))
+        if rows and rows[0][0] is None:
+            ensure_numeric(await self.get(key), description="existing value")
+
     @tracked("pop")
     async def pop(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
         """Remove ``key`` and return its value, or ``default``."""
