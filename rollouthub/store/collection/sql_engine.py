@@ -150,6 +150,7 @@ class Unit:
         "pool",
         "raw",
         "_locked",
+        "_write_lock",
         "_pg_tx",
         "view",
         "sqlite",
@@ -165,6 +166,7 @@ class Unit:
         self.pool: Optional[DriverPool] = None
         self.raw: Any = None
         self._locked = False
+        self._write_lock: Optional[asyncio.Lock] = None
         self._pg_tx: Any = None
         self.view: Any = None
         self.sqlite: bool = backend.dialect == "sqlite"
@@ -184,7 +186,9 @@ class Unit:
             await backend._ensure_ready()
         pool = backend._pool_for_loop()
         if self.sqlite and self.write:
-            await pool.write_lock.acquire()
+            lock = pool.write_lock
+            await lock.acquire()
+            self._write_lock = lock
             self._locked = True
         try:
             raw = await pool.acquire()
@@ -208,7 +212,9 @@ class Unit:
     def _release_lock(self) -> None:
         if self._locked:
             self._locked = False
-            self.backend._pool_for_loop().write_lock.release()
+            if self._write_lock is not None:
+                self._write_lock.release()
+                self._write_lock = None
 
     async def close(self, failed: bool) -> None:
         """Commit (or roll back when ``failed``) and release the connection and the lock."""
