@@ -33,6 +33,7 @@ __all__ = [
     "LIGHTNING_STORE_METHODS",
     "UNSET",
     "provided_fields",
+    "check_assign_flags",
     "paginated_json",
     "paginated_json_from_items",
     "Unset",
@@ -80,6 +81,12 @@ LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
 """Names of the async methods of the store contract (the wrappers delegate exactly these)."""
 
 _logger = logging.getLogger(__name__)
+
+
+def check_assign_flags(spans: Sequence[Any], assign: Sequence[bool]) -> None:
+    """``ValueError`` unless ``add_many_spans_assigning_ids`` got exactly one flag per span."""
+    if len(assign) != len(spans):
+        raise ValueError(f"assign has {len(assign)} flags for {len(spans)} spans")
 
 
 def paginated_json(result: Any) -> bytes:
@@ -330,8 +337,7 @@ class LightningStore:
         calls :meth:`add_many_spans`; collection-based stores allocate inside the unit that inserts the spans (one
         transaction instead of two, and no ids are consumed when the insert is rejected).
         """
-        if len(assign) != len(spans):
-            raise ValueError(f"assign has {len(assign)} flags for {len(spans)} spans")
+        check_assign_flags(spans, assign)
         pairs = [(span.rollout_id, span.attempt_id) for span, flag in zip(spans, assign, strict=True) if flag]
         if not pairs:
             return await self.add_many_spans(spans)

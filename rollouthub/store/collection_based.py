@@ -68,6 +68,7 @@ from .base import (
     LightningStoreCapabilities,
     LightningStoreStatistics,
     Unset,
+    check_assign_flags,
     is_finished,
     paginated_json,
     paginated_json_from_items,
@@ -822,8 +823,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
     async def add_many_spans_assigning_ids(self, spans: Sequence[Span], assign: Sequence[bool]) -> Sequence[Span]:
         """Like :meth:`add_many_spans`, allocating the flagged spans' sequence ids inside each group's insert unit
         (set in place on those spans)."""
-        if len(assign) != len(spans):
-            raise ValueError(f"assign has {len(assign)} flags for {len(spans)} spans")
+        check_assign_flags(spans, assign)
         groups: Dict[Tuple[str, str], Tuple[List[Span], List[bool]]] = {}
         for span, flag in zip(spans, assign, strict=True):
             entry = groups.setdefault((span.rollout_id, span.attempt_id), ([], []))

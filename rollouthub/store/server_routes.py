@@ -93,11 +93,8 @@ def _json(payload: Any, status_code: int = 200) -> Response:
     return Response(content=_dump(payload), status_code=status_code, media_type=_JSON)
 
 
-_paginated_bytes = paginated_json
-
-
 def _paginated(result: Any) -> Response:
-    return _raw(_paginated_bytes(result))
+    return _raw(paginated_json(result))
 
 
 def validate_pagination(
@@ -210,7 +207,7 @@ async def op_search_rollouts(server: LightningStoreServer, request: QueryRollout
         limit=request.limit,
         offset=request.offset,
     )
-    return _paginated_bytes(result)
+    return paginated_json(result)
 
 
 async def op_query_attempts(server: LightningStoreServer, rollout_id: str, request: QueryAttemptsRequest) -> bytes:
@@ -225,7 +222,7 @@ async def op_query_attempts(server: LightningStoreServer, rollout_id: str, reque
         limit=request.limit,
         offset=request.offset,
     )
-    return _paginated_bytes(result)
+    return paginated_json(result)
 
 
 async def op_update_attempt(

@@ -149,7 +149,6 @@ class Unit:
         "task",
         "pool",
         "raw",
-        "_locked",
         "_write_lock",
         "_pg_tx",
         "view",
@@ -165,8 +164,7 @@ class Unit:
         self.task = asyncio.current_task()
         self.pool: Optional[DriverPool] = None
         self.raw: Any = None
-        self._locked = False
-        self._write_lock: Optional[asyncio.Lock] = None
+        self._write_lock: Optional[asyncio.Lock] = None  # SQLite write units: the local write lock while held
         self._pg_tx: Any = None
         self.view: Any = None
         self.sqlite: bool = backend.dialect == "sqlite"
@@ -189,7 +187,6 @@ class Unit:
             lock = pool.write_lock
             await lock.acquire()
             self._write_lock = lock
-            self._locked = True
         try:
             raw = await pool.acquire()
             try:
@@ -210,11 +207,9 @@ class Unit:
         self.pool, self.raw = pool, raw
 
     def _release_lock(self) -> None:
-        if self._locked:
-            self._locked = False
-            if self._write_lock is not None:
-                self._write_lock.release()
-                self._write_lock = None
+        lock, self._write_lock = self._write_lock, None
+        if lock is not None:
+            lock.release()
 
     async def close(self, failed: bool) -> None:
         """Commit (or roll back when ``failed``) and release the connection and the lock."""
@@ -241,10 +236,8 @@ class Unit:
         raw = self.raw if self.raw is not None else await self.driver()
         params = StatementCache.params(compiled, values)
         if self.sqlite:
-            done = raw.run_now(compiled[0], params, True)
-            if done is None:
-                done = await raw.run(compiled[0], params, True)
-            return done[0]  # type: ignore[no-any-return]
+            # run_now answers at once unless the statement must wait (then run awaits the lock): no coroutine
+            return (raw.run_now(compiled[0], params, True) or await raw.run(compiled[0], params, True))[0]  # type: ignore[no-any-return]
         return await raw.fetch(compiled[0], *params)  # type: ignore[no-any-return]
 
     async def execute(self, compiled: Compiled, values: Dict[str, Any]) -> int:
@@ -252,10 +245,7 @@ class Unit:
         raw = self.raw if self.raw is not None else await self.driver()
         params = StatementCache.params(compiled, values)
         if self.sqlite:
-            done = raw.run_now(compiled[0], params, False)
-            if done is None:
-                done = await raw.run(compiled[0], params, False)
-            return done[1]  # type: ignore[no-any-return]
+            return (raw.run_now(compiled[0], params, False) or await raw.run(compiled[0], params, False))[1]  # type: ignore[no-any-return]
         status = await raw.execute(compiled[0], *params)
         try:
             return int(status.rsplit(" ", 1)[-1])
