@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from pydantic_core import to_json
 from typing_extensions import TypedDict
@@ -30,12 +32,15 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
+    "ABANDON_CHECK_SECONDS",
     "LIGHTNING_STORE_METHODS",
     "UNSET",
     "provided_fields",
     "check_assign_flags",
+    "dequeue_or_wait_with",
     "paginated_json",
     "paginated_json_from_items",
+    "sleep_unless_abandoned",
     "Unset",
     "LightningStore",
     "LightningStoreCapabilities",
@@ -53,6 +58,7 @@ LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
     "enqueue_many_rollouts",
     "dequeue_rollout",
     "dequeue_many_rollouts",
+    "dequeue_rollout_or_wait",
     "start_attempt",
     "query_rollouts",
     "query_attempts",
@@ -82,11 +88,48 @@ LIGHTNING_STORE_METHODS: Tuple[str, ...] = (
 
 _logger = logging.getLogger(__name__)
 
+ABANDON_CHECK_SECONDS = 0.1
+"""How often a waiting ``dequeue_rollout_or_wait`` asks its ``abandoned`` callback whether to give up."""
+
 
 def check_assign_flags(spans: Sequence[Any], assign: Sequence[bool]) -> None:
     """``ValueError`` unless ``add_many_spans_assigning_ids`` got exactly one flag per span."""
     if len(assign) != len(spans):
         raise ValueError(f"assign has {len(assign)} flags for {len(spans)} spans")
+
+
+async def sleep_unless_abandoned(seconds: float, abandoned: Optional[Callable[[], bool]]) -> bool:
+    """Sleep ``seconds`` (in :data:`ABANDON_CHECK_SECONDS` slices when ``abandoned`` is given); True when
+    ``abandoned()`` ended the sleep early."""
+    if abandoned is None:
+        if seconds > 0:
+            await asyncio.sleep(seconds)
+        return False
+    deadline = time.monotonic() + seconds
+    while not abandoned():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(ABANDON_CHECK_SECONDS, remaining))
+    return True
+
+
+async def dequeue_or_wait_with(
+    store: Any,
+    attempt: Callable[[], Awaitable[Optional[AttemptedRollout]]],
+    timeout: float,
+    abandoned: Optional[Callable[[], bool]],
+) -> Optional[AttemptedRollout]:
+    """``dequeue_rollout_or_wait`` on ``store`` with each claim attempt made by ``attempt`` (wrappers that serialize
+    calls pass an attempt that takes their lock, so that only the attempts -- not the wait -- hold it): event-driven
+    when ``store`` is collection-based, else one attempt and a sleep of ``timeout`` when it found nothing."""
+    wait_and_claim = getattr(store, "_wait_and_claim", None)
+    if wait_and_claim is not None:
+        return await wait_and_claim(attempt, timeout, abandoned)  # type: ignore[no-any-return]
+    claimed = await attempt()
+    if claimed is None:
+        await sleep_unless_abandoned(timeout, abandoned)
+    return claimed
 
 
 def paginated_json(result: Any) -> bytes:
@@ -231,6 +274,28 @@ class LightningStore:
     ) -> Sequence[AttemptedRollout]:
         """Claim up to ``limit`` queued rollouts in FIFO order."""
         raise NotImplementedError()
+
+    async def dequeue_rollout_or_wait(
+        self,
+        worker_id: str | None = None,
+        *,
+        timeout: float,
+        abandoned: Optional[Callable[[], bool]] = None,
+    ) -> AttemptedRollout | None:
+        """Claim the next queued rollout like :meth:`dequeue_rollout`; when the queue is empty, wait up to ``timeout``
+        seconds for one to be queued and claim it then. Returns ``None`` when nothing was claimed by the deadline, or
+        earlier once ``abandoned()`` returns True (it is asked every :data:`ABANDON_CHECK_SECONDS` while waiting and
+        right before every claim that follows a wait).
+
+        A rollouthub extension of the contract: runners long-poll with it (one call per ``poll_interval``) instead of
+        sleeping between dequeues, so a queued rollout is picked up at once and an idle runner costs the store one
+        call per interval. Every claim attempt is a :meth:`dequeue_rollout` (same worker bookkeeping).
+
+        This default -- for stores that cannot be woken by an enqueue -- is the poll of the reference runner: one
+        :meth:`dequeue_rollout`, then, when it found nothing, a sleep of ``timeout`` seconds (cut short by
+        ``abandoned``). Collection-based stores and the HTTP client wait event-driven instead.
+        """
+        return await dequeue_or_wait_with(self, lambda: self.dequeue_rollout(worker_id=worker_id), timeout, abandoned)
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         """Create a new attempt for a rollout outside the queue (ignores ``max_attempts``)."""

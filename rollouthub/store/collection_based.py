@@ -62,6 +62,7 @@ from rollouthub.utils.id import generate_id
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import (
+    ABANDON_CHECK_SECONDS,
     LIGHTNING_STORE_METHODS,
     UNSET,
     LightningStore,
@@ -94,7 +95,7 @@ from .utils import (
     worker_fields_for_attempt,
     worker_fields_for_empty_dequeue,
 )
-from .waiters import RolloutWaiters
+from .waiters import QueueWaiters, RolloutWaiters
 
 __all__ = [
     "CollectionBasedLightningStore",
@@ -275,6 +276,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         )
         self._scan_in_progress = False
         self._waiters = RolloutWaiters()
+        self._queue_waiters = QueueWaiters()
         if tracker is not None:
             labels = ["method", "store_pubmeth", "status"]
             tracker.register_counter("agl.store.total", labels, group_level=1)
@@ -521,6 +523,77 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             await c.attempts.insert(attempts)
             await c.rollouts.update(updated, update_fields=["status"])
         return [_attach(r, a) for r, a in zip(updated, attempts, strict=False)]
+
+    @tracked("dequeue_rollout_or_wait")
+    async def dequeue_rollout_or_wait(
+        self,
+        worker_id: str | None = None,
+        *,
+        timeout: float,
+        abandoned: Optional[Callable[[], bool]] = None,
+    ) -> AttemptedRollout | None:
+        """Claim the next queued rollout, waiting up to ``timeout`` seconds for one when the queue is empty.
+
+        Event-driven: a rollout queued (or re-queued) in this process wakes one waiting caller, the one waiting
+        longest; stores shared by several processes also look at the queue every :meth:`_queue_poll_interval`
+        seconds. Each claim attempt is a :meth:`dequeue_rollout`, so an empty one marks the worker idle as usual.
+        """
+        return await self._wait_and_claim(lambda: self.dequeue_rollout(worker_id=worker_id), timeout, abandoned)
+
+    async def _wait_and_claim(
+        self,
+        attempt: Callable[[], Awaitable[Optional[AttemptedRollout]]],
+        timeout: float,
+        abandoned: Optional[Callable[[], bool]],
+    ) -> Optional[AttemptedRollout]:
+        """The loop behind :meth:`dequeue_rollout_or_wait`, with the claim attempt as a parameter (the threaded
+        wrapper passes an attempt made under its lock)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        waiter = self._queue_waiters.register()  # before the first attempt: an enqueue right after it wakes us
+        claimed: Optional[AttemptedRollout] = None
+        claimed_after_wake = False
+        try:
+            if abandoned is not None and abandoned():
+                return None
+            claimed = await attempt()
+            while claimed is None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                slice_seconds = remaining
+                poll = self._queue_poll_interval()
+                if poll is not None:
+                    slice_seconds = min(slice_seconds, poll)
+                if abandoned is not None:
+                    slice_seconds = min(slice_seconds, ABANDON_CHECK_SECONDS)
+                woken = await waiter.wait(slice_seconds)
+                if abandoned is not None and abandoned():
+                    break
+                waiter.take_stale()
+                if not self._queue_waiters.is_notified(waiter):
+                    # A poll slice, or a wake-up whose notification was already used: claim only if something is
+                    # queued (cheap read). A plain abandon-check slice needs no look at all.
+                    if (not woken and poll is None) or not await self._queue_has_items():
+                        continue
+                claimed = await attempt()
+                claimed_after_wake = True
+                if claimed is None:
+                    self._queue_waiters.rearm(waiter)
+            return claimed
+        finally:
+            # A wake-up this caller did not use (it timed out, gave up, or claimed before it looked) goes to the next.
+            self._queue_waiters.unregister(waiter, pass_on=not (claimed is not None and claimed_after_wake))
+
+    def _queue_poll_interval(self) -> Optional[float]:
+        """How often waiting dequeues look at the queue themselves (``None``: only rollouts queued in this process
+        wake them; stores shared by several processes return a period)."""
+        return None
+
+    async def _queue_has_items(self) -> bool:
+        """Whether the rollout queue holds anything (a read unit; used by the waiting dequeue's polls)."""
+        async with self._read("rollout_queue") as c:
+            return bool(await c.rollout_queue.size())
 
     @tracked("start_attempt")
     @healthcheck_before
@@ -1167,9 +1240,13 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         (Re-enqueueing happens inside the writing unit -- see :meth:`_unlocked_update_rollout_only`.)
         """
         finished: Dict[str, Rollout] = {}
+        queued = 0
         for rollout, fields in rollouts:
-            if "status" in fields and is_finished(rollout):
-                finished[rollout.rollout_id] = rollout
+            if "status" in fields:
+                if is_finished(rollout):
+                    finished[rollout.rollout_id] = rollout
+                elif rollout.status in ROLLOUT_QUEUING_STATUSES:
+                    queued += 1
             if self._tracker is not None and "end_time" in fields and is_finished(rollout):
                 labels = {"status": rollout.status, "mode": rollout.mode or "unknown"}
                 await self._tracker.inc_counter("agl.rollouts.total", labels=labels)
@@ -1178,6 +1255,8 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                         "agl.rollouts.duration", rollout.end_time - rollout.start_time, labels=labels
                     )
         await self._on_rollouts_updated(rollouts)
+        if queued:
+            self._queue_waiters.notify(queued)
         if finished:
             self._waiters.wake(finished)
             await self._on_rollouts_finished(list(finished))

@@ -1,7 +1,8 @@
 """``SqlLightningStore``: the collection-based store persisted in SQLite (default) or PostgreSQL.
 
 All business logic lives in :class:`~rollouthub.store.collection_based.CollectionBasedLightningStore`; this module
-only picks the database, declares the capabilities and adds cross-process wake-ups for ``wait_for_rollouts``:
+only picks the database, declares the capabilities and adds cross-process wake-ups for ``wait_for_rollouts`` (waiting
+dequeues look at the queue every :data:`QUEUE_POLL_SECONDS` for rollouts queued by other processes):
 
 * SQLite: while somebody waits, one background task per event loop reads ``PRAGMA data_version`` every 100 ms and
   wakes the waiters when another connection (any process) committed.
@@ -40,6 +41,9 @@ POLL_INTERVAL_SECONDS = 0.1
 
 WATCH_GRACE_SECONDS = 2.0
 """How long a watcher outlives its last waiter."""
+
+QUEUE_POLL_SECONDS = 0.5
+"""How often a waiting ``dequeue_rollout_or_wait`` looks at the queue for rollouts queued by other processes."""
 
 _NOTIFY_PAYLOAD_LIMIT = 7900
 _IN_CHUNK = 500
@@ -175,6 +179,11 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
             if watch is not None and watch.task is None and not watch.stop.is_set():
                 watch.task = loop.create_task(self._watch_loop(watch))
         return 2.0
+
+    def _queue_poll_interval(self) -> Optional[float]:
+        """Rollouts queued by other processes sharing the database are noticed within :data:`QUEUE_POLL_SECONDS`
+        (one cheap read of the queue size per waiting dequeue and period; this process' own enqueues wake at once)."""
+        return QUEUE_POLL_SECONDS
 
     async def wait_for_rollouts(self, *, rollout_ids: List[str], timeout: float | None = None) -> List[Rollout]:
         """Event-driven in this process; other processes' changes are noticed within ~100 ms (see module doc)."""

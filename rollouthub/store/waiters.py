@@ -1,19 +1,24 @@
-"""Event-driven wake-ups for ``wait_for_rollouts`` that work across threads and event loops.
+"""Event-driven wake-ups for ``wait_for_rollouts`` and for waiting dequeues, across threads and event loops.
 
 A waiter registers the rollout ids it waits for. The store hands the finished rollouts of this process to their
 waiters right after the unit that finished them has been written (:meth:`RolloutWaiters.wake`), so a waiter need not
 re-read the store for those; backends that share data across processes wake waiters without a payload when they
 notice an external change (:meth:`RolloutWaiters.wake_all` / :meth:`~RolloutWaiters.wake_ids`), and the waiter then
 re-reads the store.
+
+:class:`QueueWaiters` serves ``dequeue_rollout_or_wait``: when rollouts are queued in this process, the store wakes as
+many waiting dequeues as there are new rollouts (oldest waiter first), so an enqueue of one rollout makes one runner
+try to claim it instead of all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Dict, Iterable, Mapping, Optional, Set
+from collections import OrderedDict
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
 
-__all__ = ["RolloutWaiters", "Waiter"]
+__all__ = ["QueueWaiters", "RolloutWaiters", "Waiter"]
 
 
 class Waiter:
@@ -134,3 +139,71 @@ class RolloutWaiters:
     def __len__(self) -> int:
         with self._lock:
             return len(self._all)
+
+
+class QueueWaiters:
+    """Waiting dequeues in arrival order (thread-safe).
+
+    :meth:`notify` wakes the ``count`` oldest waiters that have not been woken yet (a woken waiter tries to claim, and
+    re-arms with :meth:`rearm` when it finds the queue empty). A waiter that leaves after being woken without having
+    used the wake-up passes it on to the next waiter (:meth:`unregister` with ``pass_on=True``), so a rollout queued
+    while its waiter was timing out is not left unclaimed until the next poll.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: OrderedDict[Waiter, None] = OrderedDict()  # registered and not woken yet, oldest first
+        self._woken: Set[Waiter] = set()
+
+    def register(self) -> Waiter:
+        """Create and register a waiter (call from inside the waiting coroutine)."""
+        waiter = Waiter(set())
+        with self._lock:
+            self._idle[waiter] = None
+        return waiter
+
+    def rearm(self, waiter: Waiter) -> None:
+        """The woken ``waiter`` found nothing to claim: put it back at the head of the line (it waited longest)."""
+        with self._lock:
+            if waiter in self._woken:
+                self._woken.discard(waiter)
+                self._idle[waiter] = None
+                self._idle.move_to_end(waiter, last=False)
+
+    def is_notified(self, waiter: Waiter) -> bool:
+        """Whether ``waiter`` was woken by :meth:`notify` and has not been re-armed since."""
+        with self._lock:
+            return waiter in self._woken
+
+    def unregister(self, waiter: Waiter, *, pass_on: bool) -> None:
+        """Remove ``waiter``; with ``pass_on``, a notification it had received but not used wakes the next waiter."""
+        with self._lock:
+            self._idle.pop(waiter, None)
+            was_woken = waiter in self._woken
+            self._woken.discard(waiter)
+        if was_woken and pass_on:
+            self.notify(1)
+
+    def notify(self, count: int) -> None:
+        """``count`` rollouts were queued: wake that many waiters (oldest first)."""
+        if count <= 0 or not self._idle:  # unlocked peek: a waiter registers before it first looks at the queue
+            return
+        with self._lock:
+            targets: List[Waiter] = []
+            while self._idle and len(targets) < count:
+                waiter, _ = self._idle.popitem(last=False)
+                self._woken.add(waiter)
+                targets.append(waiter)
+        for waiter in targets:
+            waiter.deliver({})
+
+    def wake_all(self) -> None:
+        """Wake every waiter so that it checks the queue (another process may have queued rollouts)."""
+        with self._lock:
+            targets = list(self._idle) + list(self._woken)
+        for waiter in targets:
+            waiter.wake()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._idle) + len(self._woken)

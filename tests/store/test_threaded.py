@@ -378,3 +378,37 @@ def test_locked_method_list_covers_the_contract() -> None:
     from rollouthub.store import threading as threaded_module
 
     assert set(threaded_module._LOCKED_METHODS) == set(LOCKED_METHODS)
+
+
+async def test_dequeue_or_wait_waits_outside_the_lock_and_wakes_across_threads() -> None:
+    """A thread waiting for a rollout does not hold the wrapper's lock; an enqueue from another thread wakes it."""
+    wrapper = LightningStoreThreaded(InMemoryLightningStore())
+    waiting_started = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def waiter(index: int) -> Any:
+        if index == 0:
+            waiting_started.set()
+            return asyncio.run(wrapper.dequeue_rollout_or_wait(worker_id="waiter", timeout=10.0))
+        assert waiting_started.wait(5)
+        time.sleep(0.3)
+        started = time.monotonic()
+        asyncio.run(wrapper.update_worker("other"))  # would block for 10 s if the waiter held the lock
+        outcome["locked_call_seconds"] = time.monotonic() - started
+        rollout = asyncio.run(wrapper.enqueue_rollout(input="cross-thread"))
+        outcome["queued_at"] = time.monotonic()
+        return rollout
+
+    claimed, queued = run_in_threads(2, waiter, timeout=30)
+    assert outcome["locked_call_seconds"] < 2.0
+    assert claimed is not None and claimed.rollout_id == queued.rollout_id
+    assert claimed.attempt.worker_id == "waiter"
+
+
+async def test_dequeue_or_wait_on_a_store_that_cannot_wait_makes_a_locked_dequeue() -> None:
+    """A wrapped store without the event-driven wait gets the reference poll: a ``dequeue_rollout`` (under the lock)."""
+    inner = RecordingStore()
+    wrapper = LightningStoreThreaded(inner)
+    result = await wrapper.dequeue_rollout_or_wait(worker_id="w", timeout=5.0)
+    assert result is inner.results[-1]  # the recorder's answer counts as a claim: no waiting
+    assert inner.calls == [("dequeue_rollout", {"worker_id": "w"})]
