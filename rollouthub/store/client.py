@@ -7,6 +7,8 @@ of store.md 11.6. Highlights:
   session bound to another loop can hang);
 * the retry schedule ``(0,) + retry_delays`` with health probing between attempts (12.3); dequeue calls are never
   retried (12.4);
+* ``dequeue_rollout_or_wait`` long-polls (requests of at most :data:`DEQUEUE_WAIT_SLICE_SECONDS` that the server holds
+  until a rollout is queued); against a server that answers at once it sleeps instead, like the reference runner;
 * both error shapes are understood: our server answers **400** ``{"detail", "error_type"}`` for invalid input and
   store ``ValueError``\\ s, a reference server answers **500** ``{"detail", "error_type", "traceback"}``. Errors
   surface as :class:`LightningStoreHTTPError` (an ``aiohttp.ClientResponseError`` carrying ``status``, the server's
@@ -60,13 +62,18 @@ from .base import (
     LightningStoreStatistics,
     Unset,
     provided_fields,
+    sleep_unless_abandoned,
 )
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+DEQUEUE_WAIT_SLICE_SECONDS = 1.0
+"""Longest single long-poll request of ``dequeue_rollout_or_wait`` (a runner told to stop notices within it)."""
+
 __all__ = [
     "API_TOKEN_ENV",
+    "DEQUEUE_WAIT_SLICE_SECONDS",
     "LightningStoreAuthError",
     "LightningStoreClient",
     "LightningStoreHTTPError",
@@ -561,13 +568,18 @@ class LightningStoreClient(LightningStore):
                 await asyncio.sleep(delays[index])
         return False
 
-    async def _dequeue_batch(self, limit: int, worker_id: Optional[str]) -> List[AttemptedRollout]:
-        """Shared dequeue helper (store.md 12.4): one request, no retries; failures mean "nothing available"."""
+    async def _dequeue_batch(
+        self, limit: int, worker_id: Optional[str], wait: Optional[float] = None
+    ) -> List[AttemptedRollout]:
+        """Shared dequeue helper (store.md 12.4): one request, no retries; failures mean "nothing available".
+        ``wait``: ask the server to hold the request up to that many seconds for a rollout (rollouthub extension)."""
         if limit <= 0:
             return []
         payload: Dict[str, Any] = {"limit": limit}
         if worker_id is not None:
             payload["worker_id"] = worker_id
+        if wait:
+            payload["timeout"] = wait
         try:
             session = await self._session()
             async with session.post(self._dequeue_url, json=payload) as response:
@@ -668,6 +680,36 @@ class LightningStoreClient(LightningStore):
     ) -> Sequence[AttemptedRollout]:
         """Claim up to ``limit`` queued rollouts; ``[]`` for ``limit <= 0`` (no request) or on any failure."""
         return await self._dequeue_batch(limit, worker_id)
+
+    async def dequeue_rollout_or_wait(
+        self,
+        worker_id: str | None = None,
+        *,
+        timeout: float,
+        abandoned: Optional[Callable[[], bool]] = None,
+    ) -> AttemptedRollout | None:
+        """Long-poll: dequeue requests that the server holds (at most :data:`DEQUEUE_WAIT_SLICE_SECONDS` each, so that
+        ``abandoned`` is asked between them) until a rollout is claimed or ``timeout`` passes.
+
+        A server that answers an empty queue at once (an Agent Lightning server ignores the ``timeout`` field) or a
+        failed request makes the client sleep out the rest of ``timeout`` instead (cut short by ``abandoned``), like
+        the reference runner's poll. Failures are never raised (as for every dequeue, store.md 12.4).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        while abandoned is None or not abandoned():
+            wait = min(deadline - loop.time(), DEQUEUE_WAIT_SLICE_SECONDS)
+            started = loop.time()
+            result = await self._dequeue_batch(1, worker_id, wait=wait if wait > 0 else None)
+            if result:
+                return result[0]
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            if loop.time() - started < wait / 2:  # not held by the server: poll like the reference runner
+                await sleep_unless_abandoned(remaining, abandoned)
+                break
+        return None
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         """Create a new attempt (``POST /rollouts/{id}/attempts``)."""

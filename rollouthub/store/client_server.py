@@ -13,11 +13,12 @@ import copy
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from rollouthub.types import (
+    AttemptedRollout,
     AttemptStatus,
     EnqueueRolloutRequest,
     RolloutConfig,
@@ -30,7 +31,7 @@ from rollouthub.types import (
 from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
-from .base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities
+from .base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities, dequeue_or_wait_with
 
 if TYPE_CHECKING:
     from .client import LightningStoreClient
@@ -87,11 +88,21 @@ class EnqueueManyRolloutsRequest(BaseModel):
     rollouts: List[EnqueueRolloutRequest]
 
 
+MAX_DEQUEUE_WAIT_SECONDS = 10.0
+"""Longest wait the server grants one ``POST /queues/rollouts/dequeue`` with a ``timeout`` (longer ones are capped)."""
+
+
 class DequeueManyRolloutsRequest(BaseModel):
-    """Body of ``POST /v1/agl/queues/rollouts/dequeue``."""
+    """Body of ``POST /v1/agl/queues/rollouts/dequeue``.
+
+    ``timeout`` is a rollouthub extension: with ``limit`` 1, wait up to that many seconds (capped at
+    :data:`MAX_DEQUEUE_WAIT_SECONDS`) for a rollout to be queued when none is (``LightningStore.dequeue_rollout_or_wait``).
+    Servers without the extension ignore the field and answer at once.
+    """
 
     limit: int = 1
     worker_id: Optional[str] = None
+    timeout: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class StartAttemptRequest(BaseModel):
@@ -448,6 +459,28 @@ class LightningStoreServer(LightningStore):
             pending.add_done_callback(release_when_acquired)
             raise
 
+    async def _locked_call(self, store: LightningStore, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call ``store.<method_name>`` holding the server's lock (for stores that are not thread-safe)."""
+        if not self._lock.acquire(blocking=False):
+            await self._acquire_lock_async()
+        try:
+            return await getattr(store, method_name)(*args, **kwargs)
+        finally:
+            self._lock.release()
+
+    async def _dequeue_or_wait_locked(
+        self,
+        store: LightningStore,
+        worker_id: Optional[str] = None,
+        *,
+        timeout: float,
+        abandoned: Optional[Callable[[], bool]] = None,
+    ) -> Optional[AttemptedRollout]:
+        """``dequeue_rollout_or_wait`` on a store that is not thread-safe: only the claim attempts hold the lock."""
+        return await dequeue_or_wait_with(
+            store, lambda: self._locked_call(store, "dequeue_rollout", worker_id=worker_id), timeout, abandoned
+        )
+
     def _direct_store(self) -> Optional[LightningStore]:
         """The wrapped store when calls may go straight to it: it is zero-copy, or thread-safe and this is the owning
         process. ``None`` otherwise (``_call`` then serializes with the lock, or goes over HTTP)."""
@@ -473,12 +506,9 @@ class LightningStoreServer(LightningStore):
             if _current_pid == self._owner_pid:
                 if method_name == "wait_for_rollouts" or caps.get("thread_safe"):
                     return await getattr(store, method_name)(*args, **kwargs)
-                if not self._lock.acquire(blocking=False):
-                    await self._acquire_lock_async()
-                try:
-                    return await getattr(store, method_name)(*args, **kwargs)
-                finally:
-                    self._lock.release()
+                if method_name == "dequeue_rollout_or_wait":  # wait without the lock, claim under it
+                    return await self._dequeue_or_wait_locked(store, *args, **kwargs)
+                return await self._locked_call(store, method_name, *args, **kwargs)
         return await getattr(self._get_client(), method_name)(*args, **kwargs)
 
 

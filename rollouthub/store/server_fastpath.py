@@ -83,7 +83,9 @@ _RESPONSE_KEY = "rollouthub.response"
 _FALLBACK: Any = object()
 """Marker of a request body the front door does not take (it is replayed through the FastAPI app)."""
 
-Handler = Callable[[Any, Tuple[str, ...], Any], Awaitable[bytes]]
+Handler = Callable[..., Awaitable[bytes]]
+"""``(server, path parameters, parsed body)`` -- plus the :class:`Exchange` for routes with ``takes_exchange`` -- to
+the awaitable JSON bytes of the success response."""
 
 
 class HotRoute:
@@ -91,10 +93,11 @@ class HotRoute:
 
     ``validate`` parses a JSON body (``None`` for routes without a body), ``optional_body`` makes an empty body mean
     ``None`` (FastAPI's ``Optional[Model] = None`` body), ``status`` is the success status code and ``templated`` says
-    whether the metrics path label needs :func:`template_http_path` (routes with path parameters).
+    whether the metrics path label needs :func:`template_http_path` (routes with path parameters); a handler with
+    ``takes_exchange`` also gets the :class:`Exchange` (a long-polling route asks it whether the client is gone).
     """
 
-    __slots__ = ("name", "handler", "validate", "optional_body", "status", "templated", "auth_exempt")
+    __slots__ = ("name", "handler", "validate", "optional_body", "status", "templated", "auth_exempt", "takes_exchange")
 
     def __init__(
         self,
@@ -106,6 +109,7 @@ class HotRoute:
         status: int = 200,
         templated: bool = False,
         auth_exempt: bool = False,
+        takes_exchange: bool = False,
     ) -> None:
         self.name = name
         self.handler = handler
@@ -114,6 +118,7 @@ class HotRoute:
         self.status = status
         self.templated = templated
         self.auth_exempt = auth_exempt
+        self.takes_exchange = takes_exchange
 
 
 # -- handlers: (server, path parameters, parsed body) -> awaitable JSON bytes of the success response -----------------
@@ -132,7 +137,11 @@ ENQUEUE = HotRoute(
     "enqueue", lambda s, p, r: routes.op_enqueue(s, r), _validator(EnqueueManyRolloutsRequest), status=201
 )
 DEQUEUE = HotRoute(
-    "dequeue", lambda s, p, r: routes.op_dequeue(s, r), _validator(DequeueManyRolloutsRequest), optional_body=True
+    "dequeue",
+    lambda s, p, r, x: routes.op_dequeue(s, r, x.client_gone),
+    _validator(DequeueManyRolloutsRequest),
+    optional_body=True,
+    takes_exchange=True,
 )
 START_ROLLOUT = HotRoute(
     "start_rollout", lambda s, p, r: routes.op_start_rollout(s, r), _validator(RolloutRequest), status=201
@@ -316,6 +325,10 @@ class Exchange(Protocol):
         """Send the complete response. ``cors=False``: skip CORS processing (mapped application errors, as in the app)."""
         ...
 
+    def client_gone(self) -> bool:
+        """Whether the client is known to have disconnected (a long-polling route stops waiting and claims nothing)."""
+        ...
+
     async def replay(self, app: ASGIApp, body: bytes) -> None:
         """Hand the request to the ASGI ``app``, with ``body`` (already read) as its request body."""
         ...
@@ -394,6 +407,10 @@ class AsgiExchange:
             await door._cors(self.scope, self.receive, self.send)
         else:
             await _send_response(self.send, status, body, headers)
+
+    def client_gone(self) -> bool:
+        """True when a disconnect was received while reading the body (ASGI gives no way to look without reading)."""
+        return self.pending is not None
 
     async def replay(self, app: ASGIApp, body: bytes) -> None:
         """Call ``app`` with a ``receive`` that yields ``body`` first (then the disconnect that ended it, if any)."""
@@ -580,7 +597,10 @@ class FrontDoor:
                 await exchange.replay(self.app, body)
                 return None
         try:
-            payload = await route.handler(self.server, params, request)
+            if route.takes_exchange:
+                payload = await route.handler(self.server, params, request, exchange)
+            else:
+                payload = await route.handler(self.server, params, request)
         except StarletteHTTPException as exc:
             return await self._detail(exchange, exc)
         except Exception as exc:

@@ -597,6 +597,10 @@ class _Request:
             return client
         return (host, port) if host else client
 
+    def client_gone(self) -> bool:
+        """Whether the connection was lost before the response was complete."""
+        return self.disconnected
+
     async def read_body(self, limit: int) -> bytes:
         """The body collected by the parser (the limit was enforced while collecting: ``limit`` is the server's)."""
         if self.expect_100:

@@ -9,7 +9,7 @@ rollouts keep their ``attempt``), which avoids FastAPI's second validation pass 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Type, Union
 
 import pydantic_core
 from fastapi import APIRouter, Body, HTTPException, Query
@@ -31,6 +31,7 @@ from rollouthub.types import (
 
 from .base import UNSET, paginated_json
 from .client_server import (
+    MAX_DEQUEUE_WAIT_SECONDS,
     DequeueManyRolloutsRequest,
     EnqueueManyRolloutsRequest,
     NextSequenceIdRequest,
@@ -136,16 +137,28 @@ def _provided(request: BaseModel, field: str) -> Any:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-async def op_dequeue(server: LightningStoreServer, request: Optional[DequeueManyRolloutsRequest]) -> bytes:
-    """``POST /queues/rollouts/dequeue``: ``limit <= 0`` → ``[]``; 1 → ``dequeue_rollout``; else ``dequeue_many``."""
+async def op_dequeue(
+    server: LightningStoreServer,
+    request: Optional[DequeueManyRolloutsRequest],
+    client_gone: Optional[Callable[[], bool]] = None,
+) -> bytes:
+    """``POST /queues/rollouts/dequeue``: ``limit <= 0`` → ``[]``; 1 → ``dequeue_rollout`` (``dequeue_rollout_or_wait``
+    with a ``timeout``, which stops waiting -- and never claims -- once ``client_gone()``); else ``dequeue_many``."""
     if request is None:
-        limit, worker_id = 1, None
+        limit, worker_id, timeout = 1, None, None
     else:
-        limit, worker_id = request.limit, request.worker_id
+        limit, worker_id, timeout = request.limit, request.worker_id, request.timeout
+    if timeout and limit != 1:
+        raise HTTPException(400, "timeout is only supported with limit 1")
     if limit <= 0:
         return b"[]"
     if limit == 1:
-        attempted = await server.dequeue_rollout(worker_id=worker_id)
+        if timeout:
+            attempted = await server.dequeue_rollout_or_wait(
+                worker_id=worker_id, timeout=min(timeout, MAX_DEQUEUE_WAIT_SECONDS), abandoned=client_gone
+            )
+        else:
+            attempted = await server.dequeue_rollout(worker_id=worker_id)
         return _dump([attempted]) if attempted is not None else b"[]"
     return _dump(list(await server.dequeue_many_rollouts(limit=limit, worker_id=worker_id)))
 

@@ -552,6 +552,41 @@ async def test_dequeue_failures_are_not_retried_and_warn_once_after_success(
     await client.close()
 
 
+async def test_dequeue_or_wait_long_polls_and_sends_the_timeout(server: ScriptedServer) -> None:
+    """Against a server that holds the request (ours), one request per slice of at most 1 s carries ``timeout``."""
+    client = make_client(server)
+
+    async def held_then_claimed(body: Any) -> web.StreamResponse:
+        if len(server.calls("POST", "/queues/rollouts/dequeue")) >= 2:
+            return web.json_response([_attempted("ro-9", "w")])
+        await asyncio.sleep(body["timeout"])  # nothing queued: held for the whole slice
+        return web.json_response([])
+
+    server.handlers[("POST", PREFIX + "/queues/rollouts/dequeue")] = held_then_claimed
+    claimed = await client.dequeue_rollout_or_wait(worker_id="w", timeout=5.0)
+    assert claimed is not None and claimed.rollout_id == "ro-9"
+    bodies = [r.body for r in server.calls("POST", "/queues/rollouts/dequeue")]
+    assert bodies == [{"limit": 1, "worker_id": "w", "timeout": 1.0}] * 2
+    await client.close()
+
+
+async def test_dequeue_or_wait_sleeps_when_the_server_answers_at_once(server: ScriptedServer) -> None:
+    """A server without the extension (it ignores ``timeout``) gets the reference poll: one request, then a sleep."""
+    client = make_client(server)
+    server.default("POST", "/queues/rollouts/dequeue", Reply(200, []))
+    started = time.monotonic()
+    assert await client.dequeue_rollout_or_wait(worker_id="w", timeout=0.6) is None
+    assert time.monotonic() - started >= 0.55
+    assert len(server.calls("POST", "/queues/rollouts/dequeue")) == 1
+    stop: list[bool] = []
+    waiting = asyncio.create_task(client.dequeue_rollout_or_wait(timeout=30.0, abandoned=lambda: bool(stop)))
+    await asyncio.sleep(0.2)
+    stop.append(True)
+    assert await asyncio.wait_for(waiting, timeout=2.0) is None  # the sleep is cut short by ``abandoned``
+    assert len(server.calls("POST", "/queues/rollouts/dequeue")) == 2
+    await client.close()
+
+
 async def test_query_methods_send_expected_bodies(server: ScriptedServer) -> None:
     client = make_client(server)
     for path in ("/rollouts/search", "/workers/search", "/spans/search", "/rollouts/ro-1/attempts/search"):

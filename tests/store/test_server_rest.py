@@ -226,6 +226,60 @@ async def test_dequeue_variants(api: Api) -> None:
     assert await api.post("/queues/rollouts/dequeue") == (200, [])
 
 
+async def test_dequeue_timeout_is_validated(api: Api) -> None:
+    status, body = await api.post("/queues/rollouts/dequeue", {"limit": 2, "timeout": 1.0})
+    assert status == 400 and "timeout is only supported with limit 1" in body["detail"]
+    status, _ = await api.post("/queues/rollouts/dequeue", {"timeout": -1})
+    assert status == 422  # request validation, as for every other malformed body
+    status, _ = await api.post("/queues/rollouts/dequeue", {"timeout": "soon"})
+    assert status == 422
+    assert await api.post("/queues/rollouts/dequeue", {"timeout": 0}) == (200, [])
+
+
+@pytest.mark.parametrize("cors", [False, True], ids=["front-door", "fastapi"])
+async def test_dequeue_timeout_holds_the_request_until_a_rollout_is_queued(cors: bool) -> None:
+    server = await _start(cors_allow_origins=["http://example.test"] if cors else None)
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.endpoint)
+            waiting = asyncio.create_task(api.post("/queues/rollouts/dequeue", {"worker_id": "w", "timeout": 10}))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            (queued,) = await _enqueue(api, 1)
+            status, items = await asyncio.wait_for(waiting, timeout=3)
+            assert status == 200 and [i["rollout_id"] for i in items] == [queued["rollout_id"]]
+            assert items[0]["attempt"]["worker_id"] == "w"
+    finally:
+        await server.stop()
+
+
+async def test_dequeue_timeout_is_capped(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rollouthub.store.server_routes as server_routes
+
+    monkeypatch.setattr(server_routes, "MAX_DEQUEUE_WAIT_SECONDS", 0.3)
+    started = asyncio.get_running_loop().time()
+    assert await api.post("/queues/rollouts/dequeue", {"timeout": 60}) == (200, [])
+    assert asyncio.get_running_loop().time() - started < 3.0
+
+
+async def test_dequeue_wait_of_a_disconnected_client_claims_nothing(api: Api, server: LightningStoreServer) -> None:
+    async with aiohttp.ClientSession() as other:
+        request = asyncio.create_task(
+            other.post(server.endpoint + API_V1_AGL_PREFIX + "/queues/rollouts/dequeue", json={"timeout": 10})
+        )
+        await asyncio.sleep(0.3)
+        request.cancel()  # the client goes away while the server holds its request
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    await asyncio.sleep(0.3)  # let the server see the connection close
+    (queued,) = await _enqueue(api, 1)
+    await asyncio.sleep(0.3)
+    status, body = await api.get(f"/rollouts/{queued['rollout_id']}")
+    assert status == 200 and body["status"] == "queuing"  # not claimed for the client that left
+    status, items = await api.post("/queues/rollouts/dequeue")
+    assert [i["rollout_id"] for i in items] == [queued["rollout_id"]] and items[0]["attempt"]["sequence_id"] == 1
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Rollouts
 # ---------------------------------------------------------------------------------------------------------------------
