@@ -608,8 +608,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wait-window", type=_positive, default=64, help="Poll only the oldest N unfinished rollouts of the workload."
     )
-    p.add_argument("--runner-poll", type=float, default=0.05, help="Runner poll interval on an empty queue.")
-    p.add_argument("--runner-jitter", type=float, default=0.02, help="Jitter (+/-) of the runner poll interval.")
+    p.add_argument(
+        "--runner-poll",
+        type=float,
+        default=5.0,
+        help="Runner poll interval (LitAgentRunner's default). Runners long-poll (dequeue_rollout_or_wait): the server "
+        "wakes them when a rollout is queued, so the interval costs no pickup latency; a small value (e.g. 0.05) "
+        "makes them re-poll that often, as runners that sleep between dequeues would.",
+    )
+    p.add_argument("--runner-jitter", type=float, default=0.5, help="Jitter (+/-) of the runner poll interval.")
     p.add_argument("--stale-seconds", type=float, default=150.0, help="Abort when nothing completes this long.")
     p.add_argument("--runs", type=_positive, default=1)
     p.add_argument("--json-out", default=None, help="Append one JSON line per run to this file.")

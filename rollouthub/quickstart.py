@@ -429,7 +429,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             store=LightningStoreClient(store_url),
             strategy={"type": "cs", "managed_store": False, "n_runners": args.runners},
             adapter=TraceToMessages(),
-            runner={"type": "rollouthub.runner.LitAgentRunner", "poll_interval": 0.1, "heartbeat_interval": 2.0},
+            # Runners long-poll the server (woken as soon as a rollout is queued), so the default poll interval of
+            # 5 s costs no latency; the heartbeat keeps the dashboard's runner view fresh.
+            runner={"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 2.0},
             initial_resources={"prompt_template": PromptTemplate(template=SEED_TEMPLATE, engine="f-string")},
         )
         expected = _expected_rollouts(beam_width, branch_factor, args.rounds, grad_batch, val_batch)

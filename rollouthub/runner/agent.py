@@ -315,6 +315,36 @@ class LitAgentRunner(Runner[T_task]):
                 return bool(event.is_set())
             await asyncio.sleep(min(_EVENT_POLL_SLICE_SECONDS, remaining))
 
+    async def _dequeue_or_wait(
+        self, store: Any, worker_id: Optional[str], event: Optional[Any]
+    ) -> Optional[AttemptedRollout]:
+        """One poll: claim a rollout, waiting up to ``poll_interval ± jitter`` for one to be queued.
+
+        With ``dequeue_rollout_or_wait`` (rollouthub stores and clients) the store wakes the runner as soon as a
+        rollout is queued, and the wait ends early when ``event`` is set; a store object without it gets the reference
+        poll: ``dequeue_rollout``, then a sleep of the interval. A failed dequeue is logged and followed by a sleep of
+        the interval.
+        """
+        interval = self._jittered(self._poll_interval)
+        abandoned = event.is_set if event is not None else None
+        started = time.monotonic()
+        try:
+            wait_or_claim = getattr(store, "dequeue_rollout_or_wait", None)
+            if wait_or_claim is not None:
+                rollout: Optional[AttemptedRollout] = await wait_or_claim(
+                    worker_id=worker_id, timeout=interval, abandoned=abandoned
+                )
+                if rollout is None and time.monotonic() - started < min(interval, _MIN_WAIT_SECONDS) / 2:
+                    await self._sleep_or_stop(interval, event)  # a store that returned at once: do not spin
+                return rollout
+            rollout = await store.dequeue_rollout(worker_id=worker_id)
+        except Exception:
+            logger.exception("%s Failed to dequeue a rollout.", self._log_prefix())
+            rollout = None
+        if rollout is None:
+            await self._sleep_or_stop(interval, event)
+        return rollout
+
     async def iter(self, *, event: Optional[Any] = None) -> None:
         """Dequeue and execute rollouts until ``event`` is set or ``max_rollouts`` were processed."""
         store = self.get_store()
@@ -330,14 +360,7 @@ class LitAgentRunner(Runner[T_task]):
                 while rollout is None:
                     if event is not None and event.is_set():
                         break
-                    try:
-                        rollout = await store.dequeue_rollout(worker_id=worker_id)
-                    except Exception:
-                        logger.exception("%s Failed to dequeue a rollout.", prefix)
-                        rollout = None
-                    if rollout is None:
-                        if await self._sleep_or_stop(self._jittered(self._poll_interval), event):
-                            break
+                    rollout = await self._dequeue_or_wait(store, worker_id, event)
                 if rollout is None:
                     logger.info("%s Stop requested while waiting for rollouts.", prefix)
                     return

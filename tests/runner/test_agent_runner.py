@@ -394,6 +394,51 @@ async def test_empty_queue_polling_picks_up_later_rollouts(store: InMemoryLightn
     assert rollout is not None and rollout.status == "succeeded"
 
 
+async def test_waiting_runner_claims_a_rollout_queued_mid_interval(store: InMemoryLightningStore) -> None:
+    """With a store that can wait, the poll interval no longer delays pickup: the enqueue wakes the runner."""
+    await store.add_resources(RESOURCES)
+    runner = make_runner(max_rollouts=1, poll_interval=30.0)
+    with runner.run_context(agent=FuncAgent(lambda *a: 1.0), store=store, worker_id=0):
+        task = asyncio.create_task(runner.iter())
+
+        async def idle() -> bool:
+            worker = await store.get_worker_by_id(runner.get_worker_id())
+            return worker is not None and worker.status == "idle"
+
+        await wait_for(idle)
+        enqueued = await store.enqueue_rollout(input={"q": "late"}, mode="train")
+        started = time.monotonic()
+        await asyncio.wait_for(task, timeout=10)
+    assert time.monotonic() - started < 5.0  # long before the 30 s interval
+    rollout = await store.get_rollout_by_id(enqueued.rollout_id)
+    assert rollout is not None and rollout.status == "succeeded"
+
+
+class _PollOnlyStore:
+    """A store object with the reference contract only (no ``dequeue_rollout_or_wait``)."""
+
+    def __init__(self) -> None:
+        self.calls: List[float] = []
+
+    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> None:
+        self.calls.append(time.monotonic())
+        return None
+
+
+async def test_store_without_waiting_dequeue_is_polled_every_interval() -> None:
+    store = _PollOnlyStore()
+    runner = make_runner(poll_interval=0.2)
+    runner._store = store  # type: ignore[assignment]
+    runner.worker_id = 0
+    event = ThreadingEvent()
+    task = asyncio.create_task(runner.iter(event=event))
+    await asyncio.sleep(0.7)
+    event.set()
+    await asyncio.wait_for(task, timeout=5)
+    gaps = [b - a for a, b in zip(store.calls, store.calls[1:], strict=False)]
+    assert 3 <= len(store.calls) <= 5 and all(gap >= 0.19 for gap in gaps)
+
+
 async def test_missing_resources_leaves_attempt_untouched(store: InMemoryLightningStore) -> None:
     enqueued = await store.enqueue_rollout(input={"q": "x"}, mode="train")
     called: List[Any] = []
