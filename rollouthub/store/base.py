@@ -119,16 +119,24 @@ async def dequeue_or_wait_with(
     attempt: Callable[[], Awaitable[Optional[AttemptedRollout]]],
     timeout: float,
     abandoned: Optional[Callable[[], bool]],
+    *,
+    poll_abandoned: bool = True,
 ) -> Optional[AttemptedRollout]:
     """``dequeue_rollout_or_wait`` on ``store`` with each claim attempt made by ``attempt`` (wrappers that serialize
     calls pass an attempt that takes their lock, so that only the attempts -- not the wait -- hold it): event-driven
-    when ``store`` is collection-based, else one attempt and a sleep of ``timeout`` when it found nothing."""
+    when ``store`` is collection-based, else one attempt and a sleep of ``timeout`` when it found nothing.
+
+    ``poll_abandoned=False``: ``abandoned`` is asked only before each claim that follows a wait, not every
+    :data:`ABANDON_CHECK_SECONDS` (the server, for which a held request ending early saves nothing, uses it so that
+    idle runners' requests cost no periodic wake-ups)."""
     wait_and_claim = getattr(store, "_wait_and_claim", None)
     if wait_and_claim is not None:
-        return await wait_and_claim(attempt, timeout, abandoned)  # type: ignore[no-any-return]
+        return await wait_and_claim(attempt, timeout, abandoned, poll_abandoned=poll_abandoned)  # type: ignore[no-any-return]
+    if abandoned is not None and abandoned():
+        return None
     claimed = await attempt()
     if claimed is None:
-        await sleep_unless_abandoned(timeout, abandoned)
+        await sleep_unless_abandoned(timeout, abandoned if poll_abandoned else None)
     return claimed
 
 

@@ -468,6 +468,29 @@ class LightningStoreServer(LightningStore):
         finally:
             self._lock.release()
 
+    async def dequeue_rollout_for_client(
+        self, worker_id: Optional[str], timeout: float, client_gone: Optional[Callable[[], bool]]
+    ) -> Optional[AttemptedRollout]:
+        """``dequeue_rollout_or_wait`` for an HTTP request the server holds: ``client_gone`` is asked before every
+        claim that follows a wait (nothing is claimed for a client that left), but -- unlike a runner's stop event --
+        not periodically, so held requests of idle runners cost no wake-ups."""
+        store = self.store
+        if store is not None:
+            caps = self._store_caps(store)
+            if caps.get("zero_copy") or (_current_pid == self._owner_pid and caps.get("thread_safe")):
+                return await dequeue_or_wait_with(
+                    store,
+                    lambda: store.dequeue_rollout(worker_id=worker_id),
+                    timeout,
+                    client_gone,
+                    poll_abandoned=False,
+                )
+            if _current_pid == self._owner_pid:
+                return await self._dequeue_or_wait_locked(
+                    store, worker_id, timeout=timeout, abandoned=client_gone, poll_abandoned=False
+                )
+        return await self.dequeue_rollout_or_wait(worker_id=worker_id, timeout=timeout, abandoned=client_gone)
+
     async def _dequeue_or_wait_locked(
         self,
         store: LightningStore,
@@ -475,10 +498,15 @@ class LightningStoreServer(LightningStore):
         *,
         timeout: float,
         abandoned: Optional[Callable[[], bool]] = None,
+        poll_abandoned: bool = True,
     ) -> Optional[AttemptedRollout]:
         """``dequeue_rollout_or_wait`` on a store that is not thread-safe: only the claim attempts hold the lock."""
         return await dequeue_or_wait_with(
-            store, lambda: self._locked_call(store, "dequeue_rollout", worker_id=worker_id), timeout, abandoned
+            store,
+            lambda: self._locked_call(store, "dequeue_rollout", worker_id=worker_id),
+            timeout,
+            abandoned,
+            poll_abandoned=poll_abandoned,
         )
 
     def _direct_store(self) -> Optional[LightningStore]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 import warnings
 from typing import (
@@ -277,6 +278,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         self._scan_in_progress = False
         self._waiters = RolloutWaiters()
         self._queue_waiters = QueueWaiters()
+        self._queue_seen_empty_at = -math.inf  # monotonic time of the last poll that found the queue empty
         if tracker is not None:
             labels = ["method", "store_pubmeth", "status"]
             tracker.register_counter("agl.store.total", labels, group_level=1)
@@ -545,9 +547,12 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         attempt: Callable[[], Awaitable[Optional[AttemptedRollout]]],
         timeout: float,
         abandoned: Optional[Callable[[], bool]],
+        *,
+        poll_abandoned: bool = True,
     ) -> Optional[AttemptedRollout]:
         """The loop behind :meth:`dequeue_rollout_or_wait`, with the claim attempt as a parameter (the threaded
-        wrapper passes an attempt made under its lock)."""
+        wrapper passes an attempt made under its lock); ``poll_abandoned=False`` asks ``abandoned`` only before
+        claims (see :func:`~rollouthub.store.base.dequeue_or_wait_with`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
         waiter = self._queue_waiters.register()  # before the first attempt: an enqueue right after it wakes us
@@ -565,7 +570,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                 poll = self._queue_poll_interval()
                 if poll is not None:
                     slice_seconds = min(slice_seconds, poll)
-                if abandoned is not None:
+                if abandoned is not None and poll_abandoned:
                     slice_seconds = min(slice_seconds, ABANDON_CHECK_SECONDS)
                 woken = await waiter.wait(slice_seconds)
                 if abandoned is not None and abandoned():
@@ -591,9 +596,19 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         return None
 
     async def _queue_has_items(self) -> bool:
-        """Whether the rollout queue holds anything (a read unit; used by the waiting dequeue's polls)."""
+        """Whether the rollout queue holds anything (a read unit; used by the waiting dequeue's polls).
+
+        An empty answer is shared for half a poll period by every waiter of this store (they would all read the same
+        thing), until a rollout is queued in this process."""
+        poll = self._queue_poll_interval()
+        now = time.monotonic()
+        if poll is not None and now - self._queue_seen_empty_at < poll / 2:
+            return False
         async with self._read("rollout_queue") as c:
-            return bool(await c.rollout_queue.size())
+            has_items = bool(await c.rollout_queue.size())
+        if not has_items:
+            self._queue_seen_empty_at = now
+        return has_items
 
     @tracked("start_attempt")
     @healthcheck_before
@@ -1256,6 +1271,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                     )
         await self._on_rollouts_updated(rollouts)
         if queued:
+            self._queue_seen_empty_at = -math.inf
             self._queue_waiters.notify(queued)
         if finished:
             self._waiters.wake(finished)

@@ -154,8 +154,8 @@ async def op_dequeue(
         return b"[]"
     if limit == 1:
         if timeout:
-            attempted = await server.dequeue_rollout_or_wait(
-                worker_id=worker_id, timeout=min(timeout, MAX_DEQUEUE_WAIT_SECONDS), abandoned=client_gone
+            attempted = await server.dequeue_rollout_for_client(
+                worker_id, min(timeout, MAX_DEQUEUE_WAIT_SECONDS), client_gone
             )
         else:
             attempted = await server.dequeue_rollout(worker_id=worker_id)

@@ -22,17 +22,21 @@ __all__ = ["QueueWaiters", "RolloutWaiters", "Waiter"]
 
 
 class Waiter:
-    """One waiting coroutine: an ``asyncio.Event`` bound to its loop, settable from any thread."""
+    """One waiting coroutine, bound to its event loop and woken from any thread.
 
-    __slots__ = ("loop", "event", "rollout_ids", "_delivered", "_stale", "_lock")
+    A wake-up that arrives while nobody waits is kept: the next :meth:`wait` returns at once.
+    """
+
+    __slots__ = ("loop", "rollout_ids", "_delivered", "_stale", "_lock", "_woken", "_future")
 
     def __init__(self, rollout_ids: Set[str]) -> None:
         self.loop = asyncio.get_running_loop()
-        self.event = asyncio.Event()
         self.rollout_ids = rollout_ids
         self._delivered: Dict[str, Any] = {}
         self._stale = False
         self._lock = threading.Lock()
+        self._woken = False  # only touched in the loop's thread
+        self._future: Optional[asyncio.Future[bool]] = None
 
     def deliver(self, rollouts: Mapping[str, Any]) -> None:
         """Hand finished rollouts to the waiter (so it need not re-read them) and wake it."""
@@ -60,24 +64,44 @@ class Waiter:
         self._set()
 
     def _set(self) -> None:
-        """Set the event from any thread (ignored when the waiter's loop is closed)."""
+        """Wake the waiter from any thread (ignored when the waiter's loop is closed)."""
         try:
-            self.loop.call_soon_threadsafe(self.event.set)
+            self.loop.call_soon_threadsafe(self._wake_in_loop)
         except RuntimeError:
             pass
 
+    def _wake_in_loop(self) -> None:
+        self._woken = True
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(True)
+
     async def wait(self, timeout: Optional[float]) -> bool:
-        """Wait for a wake-up or the timeout; returns True when woken. Clears the event."""
-        try:
-            if timeout is None:
-                await self.event.wait()
-            else:
-                await asyncio.wait_for(self.event.wait(), timeout=max(timeout, 0.0))
+        """Wait for a wake-up or the timeout; returns True when woken (the wake-up is then consumed).
+
+        A plain future and a timer (no task per call, unlike ``asyncio.wait_for``): long-polls wait in many slices.
+        """
+        if self._woken:
+            self._woken = False
             return True
-        except asyncio.TimeoutError:
-            return False
+        loop = self.loop
+        future: asyncio.Future[bool] = loop.create_future()
+        self._future = future
+        timer = loop.call_later(max(timeout, 0.0), _resolve, future, False) if timeout is not None else None
+        try:
+            woken = await future
         finally:
-            self.event.clear()
+            self._future = None
+            if timer is not None:
+                timer.cancel()
+        if woken:
+            self._woken = False
+        return woken
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class RolloutWaiters:

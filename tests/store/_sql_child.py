@@ -91,6 +91,15 @@ async def finish_later(store: SqlLightningStore, delay: float, rollout_ids: list
         emit(kind="finished", rollout_id=rollout_id, at=time.time())
 
 
+async def enqueue_later(store: SqlLightningStore, delay: float, count: int) -> None:
+    """Enqueue ``count`` rollouts, one every ``delay`` seconds, printing each commit time."""
+    emit(kind="ready")
+    for i in range(count):
+        await asyncio.sleep(delay)
+        rollout = await store.enqueue_rollout({"from_child": i})
+        emit(kind="enqueued", rollout_id=rollout.rollout_id, at=time.time())
+
+
 async def main(argv: list[str]) -> None:
     command, url, schema, *args = argv
     store = open_store(url, schema)
@@ -102,6 +111,8 @@ async def main(argv: list[str]) -> None:
             await drain(store, args[0], args[1], int(args[2]))
         elif command == "finish":
             await finish_later(store, float(args[0]), args[1:])
+        elif command == "enqueue":
+            await enqueue_later(store, float(args[0]), int(args[1]))
         else:  # pragma: no cover
             raise SystemExit(f"unknown command {command}")
     finally:

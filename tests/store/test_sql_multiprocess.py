@@ -198,3 +198,29 @@ async def test_wait_for_rollouts_sees_other_processes_within_250ms(target: tuple
         assert max(latencies) <= 0.25, latencies
     finally:
         await store.close()
+
+
+async def test_waiting_dequeue_claims_rollouts_queued_by_another_process(target: tuple[str, str]) -> None:
+    """A waiting dequeue is woken by this process' enqueues at once; another process' enqueues are found by the
+    queue poll (every 0.5 s)."""
+    url, schema = target
+    store = open_target_store(url, schema, scan_debounce_seconds=3600.0)
+    try:
+        await store.initialize()
+        child = await Child.start("enqueue", url, schema, "0.7", "3")
+        try:
+            await child.read_until("ready")
+            latencies = []
+            for _ in range(3):
+                claimed = await store.dequeue_rollout_or_wait(worker_id="parent", timeout=30.0)
+                claimed_at = time.time()
+                assert claimed is not None
+                enqueued = await child.read_until("enqueued")
+                assert claimed.rollout_id == enqueued["rollout_id"]
+                latencies.append(claimed_at - enqueued["at"])
+            await child.finish()
+        finally:
+            await child.kill()
+        assert max(latencies) <= 1.0, latencies
+    finally:
+        await store.close()
