@@ -21,7 +21,10 @@ first), instead of the reference's 5-second polls of every active rollout: throu
 than the polling period, and the driver's own polling stays cheap for the server.
 
 Report: rollouts/s, spans/s, queue-wait and attempt-duration percentiles, server CPU time per span and peak RSS
-(from ``/proc``), health-probe latency p95, and the verification result (lost rollouts / spans). Examples::
+(from ``/proc``), health-probe latency p95, and the verification result (lost rollouts / spans). Unless
+``--no-echo-reference``, the CPU time per request of a bare Starlette JSON echo app served the same way is measured
+first (``http_micro.measure_echo``) and the server CPU per span is also given in those "echo requests": that figure
+compares across machines of different speed, which milliseconds do not. Examples::
 
     python benchmarks/full_stack.py --mode batch_partial
     python benchmarks/full_stack.py --mode batch --backend sqlite:///./bench.db --runs 3
@@ -554,12 +557,13 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
     )
 
 
-def _print_result(r: RunResult) -> None:
+def _print_result(r: RunResult, echo_ms: Optional[float] = None) -> None:
     t = r.timings
+    echo = f" = {r.server_cpu_ms_per_span / echo_ms:.2f} echo requests" if echo_ms else ""
     print(
         f"[{r.mode} | {r.backend}] {r.rollouts} rollouts in {r.wall_seconds:.1f}s: "
         f"{r.rollouts_per_s:.1f} rollouts/s, {r.spans_per_s:.0f} spans/s; "
-        f"server CPU {r.server_cpu_ms_per_span:.3f} ms/span, peak RSS {r.server_peak_rss_mb:.0f} MB; "
+        f"server CPU {r.server_cpu_ms_per_span:.3f} ms/span{echo}, peak RSS {r.server_peak_rss_mb:.0f} MB; "
         f"CPU/rollout: runners {r.runners_cpu_ms_per_rollout:.0f} ms, driver {r.driver_cpu_ms_per_rollout:.0f} ms; "
         f"health p95 {r.health_p95_ms:.1f} ms ({r.health_errors} errors); "
         f"queue wait p50/p95 {t['queue_wait_s']['p50']:.2f}/{t['queue_wait_s']['p95']:.2f}s; "
@@ -569,6 +573,14 @@ def _print_result(r: RunResult) -> None:
     )
     for failure in r.failures[:5]:
         print(f"    failure: {failure}", flush=True)
+
+
+def _echo_reference_ms(clients: int = 2, ops: int = 1000) -> float:
+    """CPU milliseconds per request of the bare echo app of ``benchmarks/http_micro.py`` (median of 3)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from http_micro import measure_echo
+
+    return statistics.median(float(measure_echo(clients, ops)["server_cpu_ms_per_op"]) for _ in range(3))
 
 
 def _positive(value: str) -> int:
@@ -618,6 +630,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runner-jitter", type=float, default=0.5, help="Jitter (+/-) of the runner poll interval.")
     p.add_argument("--stale-seconds", type=float, default=150.0, help="Abort when nothing completes this long.")
+    p.add_argument(
+        "--echo-reference",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Measure the CPU per request of a bare echo app first and express server CPU per span in it.",
+    )
+    p.add_argument("--echo-ops", type=_positive, default=1000, help="Requests per echo reference measurement.")
     p.add_argument("--runs", type=_positive, default=1)
     p.add_argument("--json-out", default=None, help="Append one JSON line per run to this file.")
     p.add_argument("--debug", action="store_true")
@@ -631,20 +650,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s [%(levelname)s] (Process-%(process)d %(name)s)   %(message)s",
     )
+    echo_ms = _echo_reference_ms(ops=args.echo_ops) if args.echo_reference else None
+    if echo_ms is not None:
+        print(f"# echo reference (bare Starlette app, same launcher): {echo_ms:.3f} ms CPU per request", flush=True)
     results: List[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="rollouthub-fullstack-") as workdir:
         for _ in range(args.runs):
             result = run_once(args, workdir)
-            _print_result(result)
+            _print_result(result, echo_ms)
             results.append(result)
             if args.json_out:
                 with open(args.json_out, "a") as fh:
-                    fh.write(json.dumps(asdict(result)) + "\n")
+                    fh.write(json.dumps({**asdict(result), "echo_cpu_ms_per_request": echo_ms}) + "\n")
     if len(results) > 1:
+        cpu = statistics.median(r.server_cpu_ms_per_span for r in results)
         print(
             f"[median of {len(results)}] {statistics.median(r.rollouts_per_s for r in results):.1f} rollouts/s, "
             f"{statistics.median(r.spans_per_s for r in results):.0f} spans/s, "
-            f"{statistics.median(r.server_cpu_ms_per_span for r in results):.3f} ms server CPU/span, "
+            f"{cpu:.3f} ms server CPU/span" + (f" ({cpu / echo_ms:.2f} echo requests)" if echo_ms else "") + ", "
             f"health p95 {statistics.median(r.health_p95_ms for r in results):.1f} ms",
             flush=True,
         )

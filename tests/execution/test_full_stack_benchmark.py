@@ -20,12 +20,18 @@ def test_full_stack_smoke(mode: str, tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "full_stack.py"), "--mode", mode, "--total-tasks", "12"]
     cmd += ["--batch-size", "4", "--remaining-tasks", "8", "--concurrency", "4", "--n-runners", "2"]
     cmd += ["--max-rounds", "2", "--sleep-seconds", "0.01", "--json-out", str(out)]
+    # The echo reference (CPU per request of a bare app) once, small; skipped for the other mode.
+    cmd += ["--echo-ops", "40"] if mode == "batch_partial" else ["--no-echo-reference"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text().splitlines()[-1])
     assert result["verified_ok"] == 12 and result["lost_rollouts"] == 0 and result["lost_spans"] == 0
     assert result["spans"] >= 12 * 5 and result["server_cpu_s"] > 0
+    if mode == "batch_partial":
+        assert result["echo_cpu_ms_per_request"] > 0 and "echo requests" in proc.stdout
+    else:
+        assert result["echo_cpu_ms_per_request"] is None
 
 
 def test_agent_plan_is_deterministic() -> None:
