@@ -103,6 +103,10 @@ def _build_tracker(names: Optional[List[str]], n_workers: int) -> Any:
     return backends[0] if len(backends) == 1 else MultiMetricsBackend(backends)
 
 
+GC_THRESHOLDS = (10_000, 10, 10)
+"""``gc.set_threshold`` of a ``rollouthub store`` process once it serves (Python's default is ``(700, 10, 10)``)."""
+
+
 def _build_store(backend: str, tracker: Any) -> Any:
     if backend == "memory":
         from rollouthub.store.memory import InMemoryLightningStore
@@ -150,9 +154,12 @@ async def _serve(server: Any, backend_label: str) -> int:
             logger.error("Cannot start the store server: %s", exc)
             return 1
         # Everything alive now (modules, app, store) lives as long as the server: keep it out of the cyclic garbage
-        # collector's full passes, which would otherwise walk it again and again under load.
+        # collector's full passes, which would otherwise walk it again and again under load. Requests allocate a lot
+        # of short-lived objects and few cycles: young collections every 10 000 allocations instead of 700 (about 3 %
+        # less server CPU in the full-stack benchmark; pending cyclic garbage stays bounded by that count).
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         endpoint = server.endpoint
         logger.info("Store backend: %s", backend_label)
         logger.info("Store API:     %s/v1/agl (health: %s/v1/agl/health)", endpoint, endpoint)
