@@ -102,6 +102,11 @@ def _condition(value: Any, op: str, expected: Any) -> bool:
     raise ValueError(f"Unsupported filter operator '{op}'")
 
 
+def _without_exact_conditions(filters: FilterMap, fields: Sequence[str]) -> FilterMap:
+    """``filters`` minus the fields in ``fields`` whose only condition is ``exact``."""
+    return {name: ops for name, ops in filters.items() if not (name in fields and len(ops) == 1 and "exact" in ops)}
+
+
 def _all_conditions_hold(item: Any, filters: FilterMap) -> bool:
     for field_name, ops in filters.items():
         value = getattr(item, field_name, None)
@@ -316,6 +321,12 @@ class ListBasedCollection(Collection[T]):
             root = self._lookup(tuple(prefix))
             if root is _MISSING:
                 return []
+            # Every item under the pinned subtree has those key values: their exact conditions need no re-check.
+            pinned = self._primary_keys[: len(prefix)]
+            if must:
+                must = _without_exact_conditions(must, pinned) or None
+            if regular and normalized.aggregate == "and":
+                regular = _without_exact_conditions(regular, pinned) or None
         return list(self._iter_items(root, regular, must, normalized.aggregate))
 
     def _insert_now(self, items: Sequence[T]) -> None:
@@ -626,10 +637,14 @@ class _LoopAwareAsyncLock:
 
 
 class _ThreadSafeAsyncLock:
-    """An awaitable lock that excludes across threads and event loops (``aiologic.Lock``)."""
+    """An awaitable lock that excludes across threads and event loops.
+
+    An ``aiologic.BinarySemaphore`` (a mutex without an owner): about four times cheaper to take and release than
+    ``aiologic.Lock``, which records the owning task, and units never re-enter their own locks.
+    """
 
     def __init__(self) -> None:
-        self._lock = aiologic.Lock()
+        self._lock = aiologic.BinarySemaphore()
 
     async def __aenter__(self) -> _ThreadSafeAsyncLock:
         await self._lock.async_acquire()
@@ -640,7 +655,7 @@ class _ThreadSafeAsyncLock:
 
     def locked(self) -> bool:
         """Whether the lock is held."""
-        return bool(self._lock.locked())
+        return self._lock.value == 0
 
     def __getstate__(self) -> Dict[str, Any]:
         return {}
