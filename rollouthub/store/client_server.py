@@ -474,21 +474,16 @@ class LightningStoreServer(LightningStore):
         """``dequeue_rollout_or_wait`` for an HTTP request the server holds: ``client_gone`` is asked before every
         claim that follows a wait (nothing is claimed for a client that left), but -- unlike a runner's stop event --
         not periodically, so held requests of idle runners cost no wake-ups."""
+        direct = self._direct_store()
+        if direct is not None:
+            return await dequeue_or_wait_with(
+                direct, lambda: direct.dequeue_rollout(worker_id=worker_id), timeout, client_gone, poll_abandoned=False
+            )
         store = self.store
-        if store is not None:
-            caps = self._store_caps(store)
-            if caps.get("zero_copy") or (_current_pid == self._owner_pid and caps.get("thread_safe")):
-                return await dequeue_or_wait_with(
-                    store,
-                    lambda: store.dequeue_rollout(worker_id=worker_id),
-                    timeout,
-                    client_gone,
-                    poll_abandoned=False,
-                )
-            if _current_pid == self._owner_pid:
-                return await self._dequeue_or_wait_locked(
-                    store, worker_id, timeout=timeout, abandoned=client_gone, poll_abandoned=False
-                )
+        if store is not None and _current_pid == self._owner_pid:  # not thread-safe: claims under the lock
+            return await self._dequeue_or_wait_locked(
+                store, worker_id, timeout=timeout, abandoned=client_gone, poll_abandoned=False
+            )
         return await self.dequeue_rollout_or_wait(worker_id=worker_id, timeout=timeout, abandoned=client_gone)
 
     async def _dequeue_or_wait_locked(

@@ -253,6 +253,22 @@ async def test_dequeue_timeout_holds_the_request_until_a_rollout_is_queued(cors:
         await server.stop()
 
 
+async def test_dequeue_timeout_on_a_store_that_is_not_thread_safe_waits_without_the_servers_lock() -> None:
+    server = await _start(InMemoryLightningStore(thread_safe=False, scan_debounce_seconds=0.0))
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.endpoint)
+            waiting = asyncio.create_task(api.post("/queues/rollouts/dequeue", {"worker_id": "w", "timeout": 10}))
+            await asyncio.sleep(0.3)
+            status, _ = await asyncio.wait_for(api.post("/workers/other", {}), timeout=3)  # not blocked by the wait
+            assert status == 200
+            (queued,) = await _enqueue(api, 1)
+            status, items = await asyncio.wait_for(waiting, timeout=3)
+            assert status == 200 and [i["rollout_id"] for i in items] == [queued["rollout_id"]]
+    finally:
+        await server.stop()
+
+
 async def test_dequeue_timeout_is_capped(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     import rollouthub.store.server_routes as server_routes
 
