@@ -9,6 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, cast
 
+from rollouthub.store.base import sleep_unless_abandoned
 from rollouthub.tracer.base import Tracer
 from rollouthub.types import AttemptedRollout, NamedResources, Rollout, RolloutMode, Span, SpanCoreFields, TaskInput
 
@@ -25,7 +26,6 @@ T_task = TypeVar("T_task")
 
 HeartbeatLaunchMode = Literal["thread", "asyncio"]
 
-_EVENT_POLL_SLICE_SECONDS = 0.1
 _MIN_WAIT_SECONDS = 0.01
 _STALE_GRACE_SECONDS = 1.0
 
@@ -304,16 +304,8 @@ class LitAgentRunner(Runner[T_task]):
     async def _sleep_or_stop(self, seconds: float, event: Optional[Any]) -> bool:
         """Sleep ``seconds`` (in 0.1 s slices when an event is given); returns True if the event got set."""
         if event is None:
-            await asyncio.sleep(seconds)
-            return False
-        deadline = time.monotonic() + seconds
-        while True:
-            if event.is_set():
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return bool(event.is_set())
-            await asyncio.sleep(min(_EVENT_POLL_SLICE_SECONDS, remaining))
+            return await sleep_unless_abandoned(seconds, None)
+        return await sleep_unless_abandoned(seconds, event.is_set) or bool(event.is_set())
 
     async def _dequeue_or_wait(
         self, store: Any, worker_id: Optional[str], event: Optional[Any]
