@@ -278,7 +278,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         self._scan_in_progress = False
         self._waiters = RolloutWaiters()
         self._queue_waiters = QueueWaiters()
-        self._queue_seen_empty_at = -math.inf  # monotonic time of the last poll that found the queue empty
+        self._queue_seen_empty_at = -math.inf  # monotonic time of the last look that found the queue empty
+        self._queue_generation = 0  # bumped whenever rollouts are queued in this process
+        self._queue_empty_generation = -1  # the generation in which the queue was last seen empty
         if tracker is not None:
             labels = ["method", "store_pubmeth", "status"]
             tracker.register_counter("agl.store.total", labels, group_level=1)
@@ -469,6 +471,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         while len(claimed) < limit:
             want = limit - len(claimed)
             nothing_yet = not claimed
+            generation = self._queue_generation
 
             async def pop_and_claim(
                 c: Any, want: int = want, nothing_yet: bool = nothing_yet
@@ -485,6 +488,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
             popped, batch = await self._commit(pop_and_claim, "rollout_queue", "rollouts", "attempts", "workers")
             if not popped:
+                self._note_queue_empty(generation)
                 break
             if batch:
                 await self._post_update_rollout([(r, ("status",)) for r in batch])
@@ -558,10 +562,16 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         waiter = self._queue_waiters.register()  # before the first attempt: an enqueue right after it wakes us
         claimed: Optional[AttemptedRollout] = None
         claimed_after_wake = False
+        attempted = False
         try:
             if abandoned is not None and abandoned():
                 return None
-            claimed = await attempt()
+            # When the queue is known to be empty (seen empty, nothing queued since), the first claim attempt -- a
+            # write unit that only marks the worker idle -- is put off until the wait ends empty-handed: a claim
+            # during the wait stamps the worker anyway.
+            if not self._queue_known_empty():
+                claimed = await attempt()
+                attempted = True
             while claimed is None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -582,9 +592,14 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                     if (not woken and poll is None) or not await self._queue_has_items():
                         continue
                 claimed = await attempt()
-                claimed_after_wake = True
+                attempted = claimed_after_wake = True
                 if claimed is None:
                     self._queue_waiters.rearm(waiter)
+            if claimed is None and not attempted and not (abandoned is not None and abandoned()):
+                # The put-off attempt: the empty dequeue's bookkeeping (worker idle, ``last_dequeue_time``), or a
+                # rollout queued meanwhile by another process.
+                claimed = await attempt()
+                claimed_after_wake = claimed is not None
             return claimed
         finally:
             # A wake-up this caller did not use (it timed out, gave up, or claimed before it looked) goes to the next.
@@ -600,15 +615,27 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
         An empty answer is shared for half a poll period by every waiter of this store (they would all read the same
         thing), until a rollout is queued in this process."""
-        poll = self._queue_poll_interval()
-        now = time.monotonic()
-        if poll is not None and now - self._queue_seen_empty_at < poll / 2:
+        if self._queue_known_empty():
             return False
+        generation = self._queue_generation
         async with self._read("rollout_queue") as c:
-            has_items = bool(await c.rollout_queue.size())
+            has_items = bool(await c.rollout_queue.peek(1))
         if not has_items:
-            self._queue_seen_empty_at = now
+            self._note_queue_empty(generation)
         return has_items
+
+    def _note_queue_empty(self, generation: int) -> None:
+        """A look at the queue that began in ``generation`` found it empty."""
+        self._queue_empty_generation = generation
+        self._queue_seen_empty_at = time.monotonic()
+
+    def _queue_known_empty(self) -> bool:
+        """Whether the queue was seen empty and nothing was queued in this process since -- for at most half a poll
+        period when other processes may queue rollouts too (:meth:`_queue_poll_interval`)."""
+        if self._queue_empty_generation != self._queue_generation:
+            return False
+        poll = self._queue_poll_interval()
+        return poll is None or time.monotonic() - self._queue_seen_empty_at < poll / 2
 
     @tracked("start_attempt")
     @healthcheck_before
@@ -1271,6 +1298,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                     )
         await self._on_rollouts_updated(rollouts)
         if queued:
+            self._queue_generation += 1
             self._queue_seen_empty_at = -math.inf
             self._queue_waiters.notify(queued)
         if finished:

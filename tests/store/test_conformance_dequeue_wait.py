@@ -138,13 +138,34 @@ async def test_collection_store_wakes_without_polling(store: Any, traits: Any) -
         return await original(*args, **kwargs)
 
     store.dequeue_rollout = counting
-    waiters = [asyncio.create_task(store.dequeue_rollout_or_wait(worker_id=f"w{i}", timeout=3.0)) for i in range(3)]
-    await wait_until(lambda: len(attempts) == 3)
+    waiters = [asyncio.create_task(store.dequeue_rollout_or_wait(worker_id="w0", timeout=1.5))]
+    await wait_until(store._queue_known_empty)  # the first waiter looked and found the queue empty
+    for i in (1, 2):
+        waiters.append(asyncio.create_task(store.dequeue_rollout_or_wait(worker_id=f"w{i}", timeout=1.5)))
+        await wait_until(lambda: len(store._queue_waiters) == i + 1)
+    assert len(attempts) == 1  # the others knew the queue was empty and did not look
     await asyncio.sleep(0.1)
     rollout = await store.enqueue_rollout(input="wake")
     queued_at = time.monotonic()
-    await wait_until(lambda: any(w.done() for w in waiters), timeout=2.0)
+    await wait_until(lambda: any(w.done() for w in waiters), timeout=1.0)
     assert time.monotonic() - queued_at < 0.5
+    assert len(attempts) == 2  # the claim by the woken waiter: the others stayed asleep
     results = await asyncio.gather(*waiters)
     assert [r.rollout_id for r in results if r is not None] == [rollout.rollout_id]
-    assert len(attempts) == 4  # three first looks, then one claim by the woken waiter: the others stayed asleep
+    assert len(attempts) == 4  # the two others made their put-off look when their wait ended
+
+
+async def test_wait_on_known_empty_queue_marks_the_worker_when_it_ends(store: Any, traits: Any) -> None:
+    """A waiting dequeue that skipped its first look (queue known to be empty) still does the empty dequeue's
+    bookkeeping when it ends empty-handed: the worker is idle with ``last_dequeue_time`` stamped at the end."""
+    traits.require("collection_based")
+    assert await store.dequeue_rollout(worker_id="first") is None  # the queue is now known to be empty
+    started = time.time()
+    assert await store.dequeue_rollout_or_wait(worker_id="waiter", timeout=0.2) is None
+    workers = {w.worker_id: w for w in await store.query_workers()}
+    assert workers["waiter"].status == "idle"
+    assert workers["waiter"].last_dequeue_time is not None and workers["waiter"].last_dequeue_time >= started + 0.15
+    # A rollout queued after the empty look is claimed at once (the queue is no longer known to be empty).
+    rollout = await store.enqueue_rollout(input="x")
+    claimed = await store.dequeue_rollout_or_wait(worker_id="waiter", timeout=0.0)
+    assert claimed is not None and claimed.rollout_id == rollout.rollout_id
