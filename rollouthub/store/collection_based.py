@@ -976,14 +976,14 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                     next_id += 1
 
         async def insert_and_beat(c: Any) -> Optional[Rollout]:
-            rollout, attempt = await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
+            rollout, attempt, latest = await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
             if n_assign:
                 await assign_ids(c)
             if max_provided is not None:
                 await self._unlocked_sync_span_sequence_id(c, rollout_id, max_provided)
             await c.spans.insert(spans)  # all-or-nothing: a duplicate aborts the unit before any write
-            # The unit holds both rows: the heartbeat reuses them instead of reading them again.
-            return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id, rollout, attempt)
+            # The unit holds the rows: the heartbeat reuses them instead of reading them again.
+            return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id, rollout, attempt, latest)
 
         try:
             promoted = await self._commit(insert_and_beat, "rollouts", "attempts", "spans", "span_sequence_ids")
@@ -1003,15 +1003,24 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
     async def _unlocked_validate_rollout_and_attempt(
         self, c: Any, rollout_id: str, attempt_id: str
-    ) -> Tuple[Rollout, Attempt]:
-        """Inside a unit: the rollout and the attempt; ``ValueError`` when either does not exist."""
+    ) -> Tuple[Rollout, Attempt, Optional[Attempt]]:
+        """Inside a unit: the rollout, the attempt and -- when a heartbeat would promote the rollout, which only its
+        latest attempt may do -- the latest attempt (else ``None``); ``ValueError`` when either does not exist.
+
+        A promotable rollout is read with all its attempts in one query (the attempt and the latest one at once)."""
         rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
         if rollout is None:
             raise ValueError(f"Rollout {rollout_id} not found")
-        attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
+        latest: Optional[Attempt] = None
+        if heartbeat_promotes_rollout(rollout.status):
+            attempts = (await c.attempts.query(filter=_by_rollout(rollout_id), sort=_LATEST_FIRST)).items
+            attempt = next((a for a in attempts if a.attempt_id == attempt_id), None)
+            latest = attempts[0] if attempts else None
+        else:
+            attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
         if attempt is None:
             raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
-        return rollout, attempt
+        return rollout, attempt, latest
 
     @tracked("_insert_spans_with_fallback")
     async def _insert_spans_with_fallback(self, spans: List[Span]) -> List[Span]:
@@ -1051,11 +1060,13 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         attempt_id: str,
         rollout: Optional[Rollout] = None,
         attempt: Optional[Attempt] = None,
+        latest: Optional[Attempt] = None,
     ) -> Optional[Rollout]:
         """Inside a unit: a span is a heartbeat -- refresh and revive the attempt (only ``last_heartbeat_time`` and
         ``status`` are written) and promote the rollout to ``running`` when this is its latest attempt.
 
-        ``rollout``/``attempt``: the rows when the caller already read them in this unit (they are read otherwise).
+        ``rollout``/``attempt``/``latest``: the rows when the caller already read them in this unit (they are read
+        otherwise; ``latest``, the rollout's latest attempt, is only needed when the rollout may be promoted).
         """
         if attempt is None:
             attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
@@ -1071,7 +1082,8 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         await c.attempts.update([updated], update_fields=["last_heartbeat_time", "status"])
         if not heartbeat_promotes_rollout(rollout.status):
             return None
-        latest = await self._unlocked_get_latest_attempt(c, rollout_id)
+        if latest is None:
+            latest = await self._unlocked_get_latest_attempt(c, rollout_id)
         if latest is None or latest.attempt_id != attempt_id:
             return None
         promoted = rollout.model_copy(update={"status": "running"})

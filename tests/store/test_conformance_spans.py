@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from opentelemetry.trace import format_span_id, format_trace_id
 
-from rollouthub.types import PaginatedResult, Span
+from rollouthub.types import PaginatedResult, RolloutConfig, Span
 from tests.store.backends import BackendTraits
 from tests.store.conftest import FakeClock
 from tests.store.helpers import make_otel_span, make_span
@@ -418,6 +418,26 @@ async def test_first_span_marks_attempt_and_rollout_running(
     attempt = await store.get_latest_attempt(rid)
     assert attempt.last_heartbeat_time == fake_clock.now
     assert attempt.status == "running"
+
+
+async def test_span_of_an_older_attempt_does_not_promote_the_rollout(store: Any) -> None:
+    """Only the latest attempt's spans move a ``preparing`` rollout to ``running`` (4.5): a late span of the attempt
+    that failed before the retry revives nothing on the rollout, whose new attempt has not reported yet."""
+    rollout = await store.enqueue_rollout(input="x", config=RolloutConfig(max_attempts=2, retry_condition=["failed"]))
+    first = await store.dequeue_rollout()
+    assert first is not None
+    await store.update_attempt(rollout.rollout_id, first.attempt.attempt_id, status="failed")
+    second = await store.dequeue_rollout()
+    assert second is not None and second.attempt.sequence_id == 2
+    assert (await store.get_rollout_by_id(rollout.rollout_id)).status == "preparing"
+
+    await store.add_span(make_span(rollout.rollout_id, first.attempt.attempt_id, 1))
+    assert (await store.get_rollout_by_id(rollout.rollout_id)).status == "preparing"
+    assert (await store.get_latest_attempt(rollout.rollout_id)).status == "preparing"
+
+    await store.add_many_spans([make_span(rollout.rollout_id, second.attempt.attempt_id, 2)])
+    assert (await store.get_rollout_by_id(rollout.rollout_id)).status == "running"
+    assert (await store.get_latest_attempt(rollout.rollout_id)).status == "running"
 
 
 async def test_heartbeat_time_is_current(store: Any) -> None:
