@@ -20,8 +20,9 @@ def test_full_stack_smoke(mode: str, tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "full_stack.py"), "--mode", mode, "--total-tasks", "12"]
     cmd += ["--batch-size", "4", "--remaining-tasks", "8", "--concurrency", "4", "--n-runners", "2"]
     cmd += ["--max-rounds", "2", "--sleep-seconds", "0.01", "--json-out", str(out)]
-    # The echo reference (CPU per request of a bare app) once, small; skipped for the other mode.
-    cmd += ["--echo-ops", "40"] if mode == "batch_partial" else ["--no-echo-reference"]
+    # The echo reference (CPU per request of a bare app) once, small -- but enough requests for the server's CPU time,
+    # counted in 10 ms ticks, to be more than zero even on a fast machine; skipped for the other mode.
+    cmd += ["--echo-ops", "600"] if mode == "batch_partial" else ["--no-echo-reference"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

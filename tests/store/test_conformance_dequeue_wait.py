@@ -142,7 +142,7 @@ async def test_collection_store_wakes_without_polling(store: Any, traits: Any) -
     await wait_until(store._queue_known_empty)  # the first waiter looked and found the queue empty
     for i in (1, 2):
         waiters.append(asyncio.create_task(store.dequeue_rollout_or_wait(worker_id=f"w{i}", timeout=1.5)))
-        await wait_until(lambda: len(store._queue_waiters) == i + 1)
+        await wait_until(lambda n=i + 1: len(store._queue_waiters) == n)
     assert len(attempts) == 1  # the others knew the queue was empty and did not look
     await asyncio.sleep(0.1)
     rollout = await store.enqueue_rollout(input="wake")

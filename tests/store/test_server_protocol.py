@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,8 +66,17 @@ class Conn:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def open(cls, port: int) -> Conn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**24)
+    async def open(cls, port: int, *, limit: int = 2**24, receive_buffer: Optional[int] = None) -> Conn:
+        """Connect; ``receive_buffer`` fixes the socket's ``SO_RCVBUF`` (no kernel autotuning) and, with a small
+        ``limit``, makes a client that is not reading really stop reading."""
+        if receive_buffer is None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=limit)
+            return cls(reader, writer)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=limit)
         return cls(reader, writer)
 
     async def send(self, data: bytes) -> None:
@@ -430,10 +440,19 @@ async def test_head_has_no_body(server: LightningStoreServer, conn: Conn) -> Non
     assert (await conn.response()).json() == {"status": "ok"}  # right after the head: no body bytes in between
 
 
-async def test_large_streamed_responses_with_flow_control(server: LightningStoreServer, conn: Conn) -> None:
+async def test_large_streamed_responses_with_flow_control(server: LightningStoreServer) -> None:
     chunk = bytes(range(256)) * 256  # 64 KiB
     state = server_state(server)
+    # A client that really reads nothing meanwhile: a fixed small socket buffer (kernel autotuning may otherwise take
+    # the whole 10 MiB) and a stream reader that stops reading from the socket beyond 128 KiB.
+    conn = await Conn.open(server.server_launcher.port, limit=2**16, receive_buffer=2**16)
+    try:
+        await _stream_with_flow_control(server, conn, chunk, state)
+    finally:
+        conn.close()
 
+
+async def _stream_with_flow_control(server: LightningStoreServer, conn: Conn, chunk: bytes, state: Any) -> None:
     async def stream(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"x/bytes")]})
         for _ in range(160):  # 10 MiB: far more than the socket and transport buffers hold
