@@ -613,8 +613,9 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
     async def _queue_has_items(self) -> bool:
         """Whether the rollout queue holds anything (a read unit; used by the waiting dequeue's polls).
 
-        An empty answer is shared for half a poll period by every waiter of this store (they would all read the same
-        thing), until a rollout is queued in this process."""
+        An empty answer is shared by every waiter of this store (they would all read the same thing) until a rollout
+        is queued in this process -- and for at most half a poll period when other processes may queue rollouts too
+        (:meth:`_queue_known_empty`)."""
         if self._queue_known_empty():
             return False
         generation = self._queue_generation
