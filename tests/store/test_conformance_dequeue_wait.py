@@ -159,6 +159,7 @@ async def test_wait_on_known_empty_queue_marks_the_worker_when_it_ends(store: An
     """A waiting dequeue that skipped its first look (queue known to be empty) still does the empty dequeue's
     bookkeeping when it ends empty-handed: the worker is idle with ``last_dequeue_time`` stamped at the end."""
     traits.require("collection_based")
+    store._queue_poll_interval = lambda: None  # no time bound on "known to be empty" (in-process queueing only)
     assert await store.dequeue_rollout(worker_id="first") is None  # the queue is now known to be empty
     started = time.time()
     assert await store.dequeue_rollout_or_wait(worker_id="waiter", timeout=0.2) is None
