@@ -38,17 +38,17 @@ def build_app(metrics_path: str) -> Any:
         raise ValueError("PROMETHEUS_MULTIPROC_DIR must be set to the directory the store workers write to")
     os.makedirs(directory, exist_ok=True)
     from fastapi import FastAPI
-    from prometheus_client import make_asgi_app
 
-    from rollouthub.utils.metrics import get_prometheus_registry
+    from rollouthub.utils.metrics import get_prometheus_registry, mount_prometheus
 
+    registry = get_prometheus_registry()  # MissingExtraError (an ImportError) without the [prometheus] extra
     app = FastAPI(title="rollouthub Prometheus exporter")
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.mount(metrics_path.rstrip("/"), make_asgi_app(registry=get_prometheus_registry()))
+    mount_prometheus(app, metrics_path, registry)
     return app
 
 
@@ -59,7 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         app = build_app(args.metrics_path)
     except (ValueError, ImportError) as exc:
-        logger.error("%s", exc)
+        print(f"rollouthub prometheus: error: {exc}", file=sys.stderr)
         return 1
     from rollouthub.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
 

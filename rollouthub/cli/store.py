@@ -122,6 +122,8 @@ def _is_sql(backend: str) -> bool:
 
 
 async def _serve(server: Any, backend_label: str) -> int:
+    from rollouthub.utils.server_launcher import PortBindError
+
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     stop_requested = asyncio.Event()
@@ -148,6 +150,8 @@ async def _serve(server: Any, backend_label: str) -> int:
                 return 1
         try:
             await server.start()
+        except PortBindError:  # already logged once by the launcher, in one line
+            return 1
         except RuntimeError as exc:
             if stop_requested.is_set():  # interrupted while starting up
                 return 0
@@ -223,7 +227,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from rollouthub.store.client_server import LightningStoreServer
     from rollouthub.utils.server_launcher import PythonServerLauncherArgs, run_event_loop
 
-    tracker = _build_tracker(args.tracker, args.n_workers)
+    from rollouthub.utils.extras import MissingExtraError
+
+    try:
+        tracker = _build_tracker(args.tracker, args.n_workers)
+    except MissingExtraError as exc:
+        print(f"rollouthub store: error: {exc}", file=sys.stderr)
+        return 1
     try:
         store = _build_store(backend, tracker)
     except Exception as exc:  # noqa: BLE001 - report configuration errors without a traceback

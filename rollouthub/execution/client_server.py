@@ -82,9 +82,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         self.allowed_exit_codes: Tuple[int, ...] = tuple(allowed_exit_codes)
 
     def __repr__(self) -> str:
+        # server_host/server_port only mean something for a managed store: an unmanaged one is used as given.
+        server = f"server={self.server_host}:{self.server_port}, " if self.managed_store else ""
         return (
-            f"ClientServerExecutionStrategy(role={self.role!r}, server={self.server_host}:{self.server_port}, "
-            f"n_runners={self.n_runners}, main_process={self.main_process!r}, managed_store={self.managed_store})"
+            f"ClientServerExecutionStrategy(role={self.role!r}, {server}n_runners={self.n_runners}, "
+            f"main_process={self.main_process!r}, managed_store={self.managed_store})"
         )
 
     # -- the two sides ----------------------------------------------------------------------------------------------
@@ -218,7 +220,10 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         processes: List[multiprocessing.process.BaseProcess] = []
         error: Optional[BaseException] = None
         interrupted = False
-        logger.info("Executing with %r (pid %d).", self, os.getpid())
+        if self.managed_store:
+            logger.info("Executing with %r (pid %d).", self, os.getpid())
+        else:
+            logger.info("Executing with %r on the store %r (pid %d).", self, store, os.getpid())
         try:
             if self.role == "algorithm":
                 asyncio.run(self._execute_algorithm(algorithm, store, event))

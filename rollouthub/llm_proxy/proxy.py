@@ -60,6 +60,10 @@ def set_active_llm_proxy(proxy: LLMProxy) -> None:
         _active_proxy = proxy
 
 
+DEFAULT_HOST = "127.0.0.1"
+"""Bind address when ``host`` is not given: loopback only, like the store server."""
+
+
 class LLMProxy:
     """An OpenAI-compatible proxy that attributes every call to a rollout attempt and traces it into the store.
 
@@ -67,7 +71,9 @@ class LLMProxy:
         port: TCP port (a free port when ``None``).
         model_list: LiteLLM-style ``model_list`` entries (:class:`~rollouthub.llm_proxy.models.ModelConfig`).
         store: the store for sequence ids and spans (or :meth:`set_store` later).
-        host: bind / advertised host (see the server launcher).
+        host: bind / advertised host (see the server launcher); ``None`` binds the loopback interface
+            ``127.0.0.1``, like ``rollouthub store`` (the reference bound ``0.0.0.0``). Pass ``"0.0.0.0"`` to expose the
+            proxy to runners on other machines.
         litellm_config: LiteLLM proxy config; the native engine honours ``litellm_settings.num_retries``,
             ``litellm_settings.request_timeout``, ``router_settings.num_retries``/``timeout`` and
             ``general_settings.master_key``; other keys are accepted and ignored (logged once).
@@ -110,7 +116,7 @@ class LLMProxy:
         else:
             self.launcher_args = PythonServerLauncherArgs(
                 port=port,
-                host=host,
+                host=DEFAULT_HOST if host is None else host,
                 launch_mode=launch_mode,
                 n_workers=num_workers,
                 healthcheck_url="/health",

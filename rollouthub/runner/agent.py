@@ -161,12 +161,22 @@ class LitAgentRunner(Runner[T_task]):
 
     async def _post_process_rollout_result(self, rollout: AttemptedRollout, raw_result: Any) -> List[Any]:
         """Write what the agent returned to the store (spec 9.4) and return the spans for ``on_rollout_end``."""
+        return (await self._write_rollout_result(rollout, raw_result))[0]
+
+    async def _write_rollout_result(self, rollout: AttemptedRollout, raw_result: Any) -> Tuple[List[Any], List[Any]]:
+        """Write what the agent returned to the store (spec 9.4).
+
+        Returns ``(spans for on_rollout_end, spans of the rollout)``: they differ only when the agent returned a float,
+        whose reward span is not given to the hooks (reference quirk, kept) but is part of the rollout -- the runner's
+        "Collected N span(s). Final reward: R" line counts it and reads the reward from it.
+        """
         store = self.get_store()
         rollout_id = rollout.rollout_id
         attempt_id = rollout.attempt.attempt_id
 
         if raw_result is None:
-            return list(self._tracer.get_last_trace())
+            trace = list(self._tracer.get_last_trace())
+            return trace, trace
 
         if isinstance(raw_result, (bool, int)) and not isinstance(raw_result, float):
             logger.warning(
@@ -182,16 +192,17 @@ class LitAgentRunner(Runner[T_task]):
             trace_spans = list(self._tracer.get_last_trace())
             core = emit_reward(raw_result, propagate=False)
             sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
-            await store.add_span(
-                Span.from_core_fields(core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id)
+            reward_span = Span.from_core_fields(
+                core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
             )
-            return trace_spans
+            await store.add_span(reward_span)
+            return trace_spans, [*trace_spans, reward_span]
 
         if isinstance(raw_result, list):
             items = cast(List[Any], raw_result)
             if not items:
                 logger.warning("%s The agent returns an empty list; nothing is written.", self._log_prefix(rollout_id))
-                return []
+                return [], []
             if all(_is_readable_span(item) for item in items):
                 from rollouthub.tracer.otel import OtelTracer
 
@@ -208,11 +219,11 @@ class LitAgentRunner(Runner[T_task]):
                         logger.error("%s The store rejected span %r.", self._log_prefix(rollout_id), item.name)
                     else:
                         added.append(stored)
-                return added
+                return added, added
             if all(isinstance(item, Span) for item in items):
                 for item in items:
                     await store.add_span(item)
-                return list(items)
+                return list(items), list(items)
             if all(isinstance(item, SpanCoreFields) for item in items):
                 sequence_ids = await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(items))
                 spans = [
@@ -220,7 +231,7 @@ class LitAgentRunner(Runner[T_task]):
                     for core, seq in zip(items, sequence_ids, strict=True)
                 ]
                 await store.add_many_spans(spans)
-                return spans
+                return spans, spans
             raise ValueError(f"Invalid raw result type: a list of {sorted({type(i).__name__ for i in items})}")
 
         raise TypeError(f"Invalid raw result type: {type(raw_result).__name__}")
@@ -270,18 +281,18 @@ class LitAgentRunner(Runner[T_task]):
                 await self._trigger_hooks(
                     "on_trace_end", agent=agent, runner=self, tracer=self._tracer, rollout=rollout
                 )
-            spans = await self._post_process_rollout_result(rollout, result)
+            spans, rollout_spans = await self._write_rollout_result(rollout, result)
             try:
                 from rollouthub.emitter import find_final_reward
 
-                final_reward = find_final_reward(spans)
+                final_reward = find_final_reward(rollout_spans)
             except Exception:  # pragma: no cover - informational only
                 final_reward = None
             logger.info(
                 "%s Completed in %.2fs. Collected %d span(s). Final reward: %s",
                 prefix,
                 time.time() - start,
-                len(spans),
+                len(rollout_spans),
                 final_reward,
             )
             status = "succeeded"

@@ -36,7 +36,7 @@ from .utils import LATENCY_BUCKETS
 if TYPE_CHECKING:
     from .client_server import LightningStoreServer
 
-__all__ = ["build_app", "error_payload", "template_http_path", "DASHBOARD_DIR"]
+__all__ = ["build_app", "error_payload", "template_http_path", "DASHBOARD_DIR", "DASHBOARD_ROUTES"]
 
 logger = logging.getLogger("rollouthub.store.server")
 
@@ -48,6 +48,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent / "dashboard"
 """Package directory holding the built dashboard (``index.html`` and ``assets/``)."""
+
+DASHBOARD_ROUTES = frozenset({"rollouts", "resources", "traces", "runners", "settings"})
+"""Client-side routes of the dashboard (``dashboard/src/App.tsx``): ``/``, ``/<route>`` and ``/<route>/<anything>``
+answer ``index.html`` (the SPA fallback). Every other path that is neither an API route nor a file of the bundle --
+``/health``, ``/metrics``, ``/v1/...``, ``/favicon.ico`` when the bundle has none -- answers 404 JSON, so probes and
+scrapers never mistake the dashboard for what they look for."""
 
 _AGL_PREFIX = "/v1/agl"
 _HEALTH_PATH = "/v1/agl/health"
@@ -300,14 +306,16 @@ def _mount_dashboard(app: FastAPI, directory: Path) -> None:
     async def dashboard_index() -> FileResponse:
         return FileResponse(index)
 
+    root = directory.resolve()
+
     @app.get("/{full_path:path}", include_in_schema=False)
     async def dashboard_fallback(full_path: str) -> Response:
-        if full_path.startswith("v1/") or full_path == "v1":
-            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        if full_path.split("/", 1)[0] in DASHBOARD_ROUTES:
+            return FileResponse(index)
         candidate = (directory / full_path).resolve()
-        if candidate.is_file() and directory.resolve() in candidate.parents:
+        if candidate.is_file() and root in candidate.parents:
             return FileResponse(candidate)
-        return FileResponse(index)
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
 
 
 def build_app(server: LightningStoreServer) -> FastAPI:
@@ -337,15 +345,13 @@ def build_app(server: LightningStoreServer) -> FastAPI:
     tracker = server._tracker
     app.state.prometheus_enabled = False
     if tracker is not None and tracker.has_prometheus():
+        from rollouthub.utils.metrics import get_prometheus_registry, mount_prometheus
+
         try:
-            from prometheus_client import make_asgi_app
-
-            from rollouthub.utils.metrics import get_prometheus_registry
-
-            app.mount("/v1/prometheus", make_asgi_app(registry=get_prometheus_registry()), name="prometheus")
+            mount_prometheus(app, "/v1/prometheus", get_prometheus_registry())
             app.state.prometheus_enabled = True
-        except ImportError:
-            logger.error("prometheus_client is not installed; /v1/prometheus/ is not available")
+        except ImportError as exc:  # MissingExtraError: one line naming the extra
+            logger.error("%s; /v1/prometheus is not available", exc)
 
     directory = Path(server._dashboard_dir) if server._dashboard_dir else DASHBOARD_DIR
     dashboard_enabled = _dashboard_available(directory)

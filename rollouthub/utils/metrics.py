@@ -37,6 +37,7 @@ __all__ = [
     "MultiMetricsBackend",
     "setup_multiprocess_prometheus",
     "get_prometheus_registry",
+    "mount_prometheus",
     "shutdown_metrics",
 ]
 
@@ -47,9 +48,6 @@ LabelKey = Tuple[Tuple[str, Any], ...]
 """Label key used by the console backend: ``((label_name, label_value), ...)`` truncated to the group level."""
 
 _KIND_DISPLAY: Dict[str, str] = {"counter": "Counter", "histogram": "Histogram"}
-
-_PROMETHEUS_INSTALL_HINT = "prometheus_client is required for Prometheus metrics support. Install it with `pip install rollouthub[prometheus]`."
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Base class
@@ -501,11 +499,11 @@ _PROMETHEUS_METRICS_LOCK = threading.Lock()
 
 
 def _import_prometheus_client() -> Any:
-    try:
-        import prometheus_client
-    except ImportError as exc:
-        raise ImportError(_PROMETHEUS_INSTALL_HINT) from exc
-    return prometheus_client
+    from .extras import import_extra
+
+    return import_extra(
+        "prometheus_client", extra="prometheus", feature="Prometheus metrics", package="prometheus-client"
+    )
 
 
 def _prometheus_name(name: str) -> str:
@@ -674,6 +672,29 @@ def get_prometheus_registry() -> Any:
         multiprocess.MultiProcessCollector(registry)
         return registry
     return client.REGISTRY
+
+
+class _AsgiEndpoint:
+    """Wraps an ASGI callable so that Starlette's ``Route`` serves it as an app (a plain function would be taken for a
+    request handler)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+def mount_prometheus(app: Any, path: str, registry: Any) -> None:
+    """Serve ``registry`` on a Starlette/FastAPI ``app`` at ``<path>/`` and at ``<path>`` (no redirect: scrapers are
+    often configured without the trailing slash)."""
+    from prometheus_client import make_asgi_app
+    from starlette.routing import Route
+
+    base = "/" + path.strip("/")
+    metrics_app = make_asgi_app(registry=registry)
+    app.router.routes.append(Route(base, endpoint=_AsgiEndpoint(metrics_app), methods=["GET", "HEAD"]))
+    app.mount(base, metrics_app)
 
 
 def shutdown_metrics(server: Any = None, worker: Any = None, *args: Any, **kwargs: Any) -> None:

@@ -3,8 +3,9 @@
 Design notes (differences from the reference, all documented in ``docs/server.md``):
 
 * The listening socket is bound **by the launcher before uvicorn starts** and handed to uvicorn. A port that is
-  already taken therefore fails immediately with ``RuntimeError("Server did not start up within ... seconds: ...
-  address already in use ...")`` instead of waiting for the start-up timeout.
+  already taken therefore fails immediately with :class:`PortBindError` (a ``RuntimeError`` whose message starts with
+  the reference's "Server did not start up within", and contains "address already in use"), logged once, instead of
+  waiting for the start-up timeout.
 * An app that offers its own HTTP protocol (an ``http_protocol_factory()`` method returning a uvicorn
   ``Config(http=...)`` factory, like the store server's front door) is served with it; uvicorn still owns the sockets,
   signals, shutdown and workers. ``ROLLOUTHUB_HTTP_PROTOCOL=uvicorn`` forces uvicorn's own protocol.
@@ -43,6 +44,7 @@ __all__ = [
     "noop_context",
     "pick_free_port",
     "bind_socket",
+    "PortBindError",
 ]
 
 T = TypeVar("T")
@@ -112,8 +114,20 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+class PortBindError(RuntimeError):
+    """The launcher could not bind its listening socket (e.g. the port is taken).
+
+    The message keeps the reference's ``"Server did not start up within"`` prefix (store.md 17.10); :attr:`reason` is the
+    one-line cause, which :func:`bind_socket` has already logged once (callers need not report it again).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Server did not start up within the start-up timeout: {reason}")
+        self.reason = reason
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind a listening TCP socket, raising ``RuntimeError`` with "address already in use" when the port is taken."""
+    """Bind a listening TCP socket; raises :class:`PortBindError` ("address already in use" when the port is taken)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP matters: asyncio only enables TCP_NODELAY on accepted sockets whose proto is TCP, and without
     # it responses written in two parts (headers, body) stall ~40 ms on delayed ACKs.
@@ -129,15 +143,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            message = (
-                f"Server did not start up within 0.00 seconds: cannot bind {host}:{port}: address already in use. "
-                "Another process (possibly another store server) is listening on that port; stop it or choose "
-                "another port."
+            reason = (
+                f"cannot bind {host}:{port}: address already in use. Another process (possibly another store server) "
+                "is listening on that port; stop it or choose another port."
             )
         else:
-            message = f"Server did not start up within 0.00 seconds: cannot bind {host}:{port}: {exc}"
-        logger.error("%s", message)
-        raise RuntimeError(message) from exc
+            reason = f"cannot bind {host}:{port}: {exc.strerror or exc}"
+        logger.error("%s", reason[0].upper() + reason[1:])
+        raise PortBindError(reason) from exc
     return sock
 
 

@@ -99,6 +99,53 @@ def test_port_in_use_fails_fast(tmp_path: Path) -> None:
     text = stderr.decode()
     assert process.returncode == 1
     assert "address already in use" in text and "Traceback" not in text
+    # Issue 18: reported once, in one line, without the meaningless "within 0.00 seconds".
+    assert text.count("address already in use") == 1, text
+    assert "within" not in text, text
+    [line] = [line for line in text.splitlines() if "address already in use" in line]
+    assert f"Cannot bind 127.0.0.1:{port}: address already in use." in line
+
+
+_WITHOUT_PROMETHEUS = (
+    "import sys; sys.modules['prometheus_client'] = None; from rollouthub.cli import main; sys.exit(main())"
+)
+
+
+def test_prometheus_tracker_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    """Issue 18 (point 5): without the [prometheus] extra, one line naming the extra, quoted for shells."""
+    env = dict(os.environ)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    port = str(pick_free_port())
+    for args in (["store", "--backend", "memory", "--port", port, "--tracker", "prometheus"], ["prometheus"]):
+        result = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_PROMETHEUS, *args],
+            cwd=tmp_path,
+            env=dict(env, PROMETHEUS_MULTIPROC_DIR=str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert "pip install 'rollouthub[prometheus]'" in lines[0] and "prometheus-client" in lines[0]
+        assert lines[0].startswith(f"rollouthub {args[0]}: error:")
+
+
+def test_prometheus_tracker_with_the_extra_serves_metrics_with_and_without_slash(tmp_path: Path) -> None:
+    """Issue 18 (point 6): ``/v1/prometheus`` answers like ``/v1/prometheus/``."""
+    pytest.importorskip("prometheus_client")
+    port = pick_free_port()
+    process = _spawn(tmp_path, "--backend", "memory", "--port", str(port), "--tracker", "prometheus")
+    try:
+        _wait_healthy(process, port)
+        for path in ("/v1/prometheus", "/v1/prometheus/"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                assert response.status == 200, path
+                assert "agl_http_total" in response.read().decode(), path
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(20)
 
 
 def test_api_token_from_environment(tmp_path: Path) -> None:
@@ -168,6 +215,8 @@ def test_prometheus_app_serves_multiprocess_dir(tmp_path: Path, monkeypatch: pyt
         try:
             health = await asyncio.to_thread(urllib.request.urlopen, launcher.access_endpoint + "/health")
             metrics = await asyncio.to_thread(urllib.request.urlopen, launcher.access_endpoint + "/v1/prometheus/")
+            no_slash = await asyncio.to_thread(urllib.request.urlopen, launcher.access_endpoint + "/v1/prometheus")
+            assert no_slash.status == 200
             return health.status, metrics.status
         finally:
             await launcher.stop()

@@ -15,9 +15,11 @@ import pytest
 
 import rollouthub
 from rollouthub.store.client_server import LightningStoreServer
+from rollouthub.store.server_app import DASHBOARD_ROUTES
 from rollouthub.store.memory import InMemoryLightningStore
 
 BUNDLE = Path(rollouthub.__file__).resolve().parent / "dashboard"
+APP_SOURCE = Path(__file__).resolve().parents[2] / "dashboard" / "src" / "App.tsx"
 
 
 async def _get(app: Any, path: str, headers: Dict[str, str] | None = None) -> Tuple[int, Dict[str, str], bytes]:
@@ -89,3 +91,24 @@ async def test_store_serves_the_dashboard(token: str | None) -> None:
     if token:
         status, _, _ = await _get(app, "/v1/agl/rollouts", auth)
         assert status == 200
+
+
+def test_spa_routes_are_the_dashboard_pages() -> None:
+    """The server's SPA fallback serves exactly the client-side routes of the dashboard's router."""
+    pages = set(re.findall(r"case '/([a-z-]+)':", APP_SOURCE.read_text()))
+    assert pages == set(DASHBOARD_ROUTES)
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])
+async def test_unknown_paths_are_404_json_not_the_dashboard(token: str | None) -> None:
+    """Issue 18 (point 6): probes and scrapers of /health, /metrics, ... get a 404, not the dashboard's HTML."""
+    server = LightningStoreServer(InMemoryLightningStore(), "127.0.0.1", 4747, api_token=token)
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    for path in ("/health", "/metrics", "/favicon.ico", "/api/v1/things", "/v1", "/v1/unknown", "/rolloutsx"):
+        status, headers, body = await _get(server.app, path, auth)
+        assert status == 404, path
+        assert headers["content-type"] == "application/json" and body == b'{"detail":"Not Found"}', path
+    index = (BUNDLE / "index.html").read_bytes()
+    for path in ("/", "/index.html", "/settings/", "/resources", "/rollouts/ro-1/deep", "/traces?rolloutId=x"):
+        status, _, body = await _get(server.app, path)
+        assert status == 200 and body == index, path

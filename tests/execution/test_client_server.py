@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -155,6 +156,26 @@ def test_algorithm_role_unmanaged_uses_store_as_is() -> None:
 
     ClientServerExecutionStrategy(role="algorithm", managed_store=False).execute(algorithm, runner, store)
     assert seen == [store]
+
+
+def test_unmanaged_log_names_the_store_used_not_the_unused_port(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18 (point 8): the quickstart's log named port 4747 while its runners used the store on another port."""
+    from rollouthub.store.client import LightningStoreClient
+
+    store = LightningStoreClient("http://127.0.0.1:45123")
+    caplog.set_level(logging.INFO, logger="rollouthub.execution.client_server")
+
+    async def algorithm(s: Any, event: ExecutionEvent) -> None:
+        pass
+
+    async def runner(s: Any, worker_id: int, event: ExecutionEvent) -> None:  # pragma: no cover - not called
+        raise AssertionError
+
+    ClientServerExecutionStrategy(role="algorithm", managed_store=False).execute(algorithm, runner, store)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Executing with")]
+    assert "http://127.0.0.1:45123" in line and "4747" not in line, line
+    managed = repr(ClientServerExecutionStrategy(role="algorithm", server_port=4848))
+    assert "server=localhost:4848" in managed
 
 
 def test_runner_role_single_runner_in_process_unmanaged() -> None:

@@ -51,6 +51,16 @@ def test_top_level_export_and_module_names() -> None:
         assert hasattr(module, name), name
 
 
+def test_binds_loopback_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18 (point 8): like the store, the proxy binds 127.0.0.1 unless asked for another interface."""
+    caplog.set_level(logging.WARNING)
+    proxy = LLMProxy(model_list=[ENTRY])
+    assert proxy.launcher_args.host == "127.0.0.1"
+    assert proxy.server_launcher.endpoint.startswith("http://127.0.0.1:")
+    assert "0.0.0.0" not in caplog.text
+    assert LLMProxy(model_list=[ENTRY], host="0.0.0.0").launcher_args.host == "0.0.0.0"
+
+
 def test_defaults_and_launcher_args() -> None:
     proxy = LLMProxy(host="127.0.0.1", model_list=[ENTRY])
     args = proxy.launcher_args

@@ -160,6 +160,21 @@ async def test_float_result_adds_reward_span(store: InMemoryLightningStore) -> N
     assert [get_reward_value(s) for s in hook.rollout_end_spans] == [0.1]
 
 
+async def test_completion_log_counts_the_returned_reward(
+    store: InMemoryLightningStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 18 (point 8): a returned float is the rollout's final reward, and its span is counted in the log line."""
+
+    def agent_fn(task: Any, resources: Any, rollout: Any) -> float:
+        return 0.5
+
+    caplog.set_level(logging.INFO, logger="rollouthub.runner.agent")
+    rollout = await run_one(store, FuncAgent(agent_fn))
+    [line] = [r.getMessage() for r in caplog.records if "Completed in" in r.getMessage()]
+    assert line.endswith("Collected 1 span(s). Final reward: 0.5"), line
+    assert len(await spans_of(store, rollout.rollout_id)) == 1
+
+
 @pytest.mark.parametrize("value, expected", [(1, 1.0), (True, 1.0), (0, 0.0)])
 async def test_int_and_bool_results_are_converted(
     store: InMemoryLightningStore, value: Any, expected: float, caplog: pytest.LogCaptureFixture
