@@ -225,9 +225,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from rollouthub.env_var import resolve_api_token
     from rollouthub.store.client_server import LightningStoreServer
-    from rollouthub.utils.server_launcher import PythonServerLauncherArgs, run_event_loop
-
     from rollouthub.utils.extras import MissingExtraError
+    from rollouthub.utils.server_launcher import PythonServerLauncherArgs, run_event_loop
 
     try:
         tracker = _build_tracker(args.tracker, args.n_workers)
