@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from pydantic import TypeAdapter
@@ -21,7 +22,14 @@ from .base import TraceAdapter
 if TYPE_CHECKING:  # the OpenAI type package costs ~1 s to import; load it only when validating
     from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
-__all__ = ["OpenAIMessages", "TraceToMessages", "group_genai_dict", "convert_to_openai_messages"]
+__all__ = [
+    "OpenAIMessages",
+    "TraceToMessages",
+    "LlmCallMessages",
+    "trace_llm_calls",
+    "group_genai_dict",
+    "convert_to_openai_messages",
+]
 
 _ROLES_WITH_TOOL_CALL_ID = {"tool"}
 
@@ -135,30 +143,39 @@ def _tools_from_request(request: Mapping[str, Any]) -> Optional[List[ChatComplet
     return tools
 
 
+def _convert_call(
+    call: Mapping[str, Any],
+) -> tuple[List[ChatCompletionMessageParam], List[ChatCompletionMessageParam], Optional[List[ChatCompletionFunctionToolParam]]]:
+    """One grouped LLM call → (prompt messages, assistant response messages, available tools)."""
+    prompt: List[ChatCompletionMessageParam] = [_prompt_message(entry) for entry in call.get("prompt") or []]
+    tool_calls = [
+        _tool_call_param(
+            (tool.get("call") or {}).get("id"),
+            tool.get("name"),
+            tool.get("parameters"),
+            (tool.get("call") or {}).get("type"),
+        )
+        for tool in call.get("tools") or []
+    ]
+    response: List[ChatCompletionMessageParam] = []
+    for entry in call.get("completion") or []:
+        if entry.get("role") != "assistant":
+            continue
+        message: Dict[str, Any] = {"role": "assistant", "content": entry.get("content")}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        response.append(_validated(message))
+    return prompt, response, _tools_from_request(call.get("request") or {})
+
+
 def convert_to_openai_messages(llm_calls: Iterable[Mapping[str, Any]]) -> Iterator[OpenAIMessages]:
     """Convert grouped LLM calls (``prompt``, ``completion``, ``request``, ``response``, ``tools``) to conversations.
 
     ``tools`` lists the grouped ``tool.*`` attributes of the call's tool-call child spans.
     """
     for call in llm_calls:
-        messages: List[ChatCompletionMessageParam] = [_prompt_message(entry) for entry in call.get("prompt") or []]
-        tool_calls = [
-            _tool_call_param(
-                (tool.get("call") or {}).get("id"),
-                tool.get("name"),
-                tool.get("parameters"),
-                (tool.get("call") or {}).get("type"),
-            )
-            for tool in call.get("tools") or []
-        ]
-        for entry in call.get("completion") or []:
-            if entry.get("role") != "assistant":
-                continue
-            message: Dict[str, Any] = {"role": "assistant", "content": entry.get("content")}
-            if tool_calls:
-                message["tool_calls"] = tool_calls
-            messages.append(_validated(message))
-        yield {"messages": messages, "tools": _tools_from_request(call.get("request") or {})}
+        prompt, response, tools = _convert_call(call)
+        yield {"messages": prompt + response, "tools": tools}
 
 
 def _group(attributes: Mapping[str, Any], prefix: str, expected: type, span: Span) -> Any:
@@ -172,37 +189,69 @@ def _group(attributes: Mapping[str, Any], prefix: str, expected: type, span: Spa
     return grouped
 
 
+@dataclass
+class LlmCallMessages:
+    """One LLM call of a trace in chat format: what :class:`TraceToMessages` makes of it, split into the prompt and
+    the model's answer, with the span it came from (for token usage, model, timing)."""
+
+    span: Span
+    prompt: List[ChatCompletionMessageParam]
+    """The messages sent to the model."""
+    response: List[ChatCompletionMessageParam]
+    """The assistant message(s) the model answered, with the tool calls it made."""
+    tools: Optional[List[ChatCompletionFunctionToolParam]]
+    """The function tools offered to the model, or ``None``."""
+
+
+def trace_llm_calls(source: Sequence[Span]) -> List[LlmCallMessages]:
+    """The LLM-call spans of a trace (one carrying ``gen_ai.prompt``/``completion``/``request``/``response``
+    attributes), in span order, converted to chat messages; tool calls are read from each call's direct children
+    carrying ``tool.*`` attributes.
+
+    Raises:
+        ValueError: If ``gen_ai.prompt``/``gen_ai.completion`` do not group into lists,
+            ``gen_ai.request``/``gen_ai.response`` into dicts, or ``tool.*`` into a dict.
+    """
+    spans = list(source)
+    calls: List[LlmCallMessages] = []
+    for span in spans:
+        attributes = span.attributes
+        prompt = _group(attributes, "gen_ai.prompt", list, span)
+        completion = _group(attributes, "gen_ai.completion", list, span)
+        request = _group(attributes, "gen_ai.request", dict, span)
+        response = _group(attributes, "gen_ai.response", dict, span)
+        if not (prompt or completion or request or response):
+            continue
+        tools: List[Dict[str, Any]] = []
+        for child in spans:
+            if child.parent_id != span.span_id:
+                continue
+            tool = group_genai_dict(child.attributes, "tool")
+            if not tool:
+                continue
+            if not isinstance(tool, dict):
+                raise ValueError(f"Span {child.span_id}: tool attributes must form a dict, got {tool!r}")
+            tools.append(tool)
+        raw: _RawLlmCall = {
+            "prompt": prompt,
+            "completion": completion,
+            "request": request,
+            "response": response,
+            "tools": tools,
+        }
+        prompt_messages, response_messages, offered = _convert_call(raw)
+        calls.append(LlmCallMessages(span, prompt_messages, response_messages, offered))
+    return calls
+
+
 class TraceToMessages(TraceAdapter[List[OpenAIMessages]]):
     """Convert the LLM-call spans of a trace into OpenAI chat conversations (one per call, in span order)."""
 
     def adapt(self, source: Sequence[Span], /) -> List[OpenAIMessages]:
-        """Convert spans into conversations.
+        """Convert spans into conversations (see :func:`trace_llm_calls`).
 
         Raises:
             ValueError: If ``gen_ai.prompt``/``gen_ai.completion`` do not group into lists,
                 ``gen_ai.request``/``gen_ai.response`` into dicts, or ``tool.*`` into a dict.
         """
-        spans = list(source)
-        calls: List[_RawLlmCall] = []
-        for span in spans:
-            attributes = span.attributes
-            prompt = _group(attributes, "gen_ai.prompt", list, span)
-            completion = _group(attributes, "gen_ai.completion", list, span)
-            request = _group(attributes, "gen_ai.request", dict, span)
-            response = _group(attributes, "gen_ai.response", dict, span)
-            if not (prompt or completion or request or response):
-                continue
-            tools: List[Dict[str, Any]] = []
-            for child in spans:
-                if child.parent_id != span.span_id:
-                    continue
-                tool = group_genai_dict(child.attributes, "tool")
-                if not tool:
-                    continue
-                if not isinstance(tool, dict):
-                    raise ValueError(f"Span {child.span_id}: tool attributes must form a dict, got {tool!r}")
-                tools.append(tool)
-            calls.append(
-                {"prompt": prompt, "completion": completion, "request": request, "response": response, "tools": tools}
-            )
-        return list(convert_to_openai_messages(calls))
+        return [{"messages": call.prompt + call.response, "tools": call.tools} for call in trace_llm_calls(source)]

@@ -1,6 +1,7 @@
 """``rollouthub`` command line: ``rollouthub <subcommand> [args...]`` (store.md 13.2).
 
-Subcommands: ``store`` (run the store server) and ``prometheus`` (expose a Prometheus multiprocess directory).
+Subcommands: ``store`` (run the store server), ``prometheus`` (expose a Prometheus multiprocess directory) and
+``export`` (training data out of a store).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = ["main", "SUBCOMMANDS"]
 SUBCOMMANDS: Dict[str, str] = {
     "store": "Run the LightningStore server (REST API, OTLP traces, Prometheus, dashboard).",
     "prometheus": "Serve the metrics of a Prometheus multiprocess directory.",
+    "export": "Export rollouts as training data (messages, triplets, preferences, rewards; JSONL or Parquet).",
 }
 
 
