@@ -320,11 +320,13 @@ def _mount_dashboard(app: FastAPI, directory: Path) -> None:
 
 def build_app(server: LightningStoreServer) -> FastAPI:
     """Create the FastAPI app of ``server`` (routes call ``server.<method>`` → ``server.store.<method>``)."""
+    from .server_export import add_export_routes
     from .server_routes import build_router
 
     app = FastAPI(title="LightningStore Server", docs_url="/docs", redoc_url=None)
     # Register the routes on the app's own router (FastAPI's include_router adds per-request routing overhead).
     app.router.routes.extend(build_router(server, prefix=_AGL_PREFIX).routes)
+    add_export_routes(app, server, _AGL_PREFIX)
 
     async def otlp_traces(request: Request) -> Response:
         return await handle_otlp_export(
