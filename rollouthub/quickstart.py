@@ -3,8 +3,8 @@
 ``python -m rollouthub.quickstart``:
 
 1. starts ``rollouthub store`` on ``./rollouthub-quickstart.db`` (SQLite) on a free port;
-2. starts the built-in mock OpenAI-compatible LLM (:mod:`rollouthub.testing`) -- or uses ``OPENAI_BASE_URL`` /
-   ``OPENAI_API_KEY`` when ``OPENAI_BASE_URL`` is set;
+2. starts the built-in mock OpenAI-compatible LLM (:mod:`rollouthub.testing`) -- or, with ``--llm-endpoint``, uses
+   a real OpenAI-compatible endpoint (``OPENAI_BASE_URL`` when no URL is given; ``OPENAI_API_KEY``), checked first;
 3. trains with a :class:`~rollouthub.trainer.Trainer`: several runner processes execute a small sentiment agent while
    :class:`~rollouthub.algorithm.apo.APO` improves the agent's prompt by textual-gradient beam search;
 4. shows live progress, then prints the best prompt, the dashboard URL and where the data is, and exits 0.
@@ -14,8 +14,8 @@ attention to sarcasm, and a rule for mixed reviews. Its "optimiser" answers crit
 instruction (one of those the template still lacks) and edit requests by adding it, so APO climbs from about 0.25 to
 1.0 in three rounds.
 
-Running it again **reuses** the database: earlier rollouts, spans and workers stay and the new run is appended (the
-prompt resources ``v0``, ``v1``, ... are updated in place and get a new version number). ``--fresh`` deletes the
+Running it again **reuses** the database: earlier rollouts, spans, workers and prompt resources stay and the new run
+is appended (its prompts are new resources ``apo-<run>-v0``, ``apo-<run>-v1``, ...). ``--fresh`` deletes the
 file (and its ``-wal``/``-shm`` companions) first. ``--keep-serving`` keeps the store (and its dashboard) running
 after training until Ctrl+C.
 """
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import zlib
 from contextlib import ExitStack
@@ -262,6 +263,15 @@ class ProgressView(threading.Thread):
         page = await client.query_rollouts(status_in=["succeeded", "failed", "cancelled"], limit=1)
         return int(page.total)
 
+    def _refresh(self, loop: asyncio.AbstractEventLoop, client: Any) -> None:
+        try:
+            total = loop.run_until_complete(self._count_finished(client))
+            if self._baseline is None:
+                self._baseline = total
+            self.finished = total - self._baseline
+        except Exception:  # the view must never break the run
+            logger.debug("Progress refresh failed", exc_info=True)
+
     def _render(self, progress: Any, task_id: Any) -> Any:
         from rich.console import Group
         from rich.table import Table
@@ -296,16 +306,14 @@ class ProgressView(threading.Thread):
         try:
             with Live(self._render(progress, task_id), console=self.console, refresh_per_second=4) as live:
                 while True:
-                    try:
-                        total = loop.run_until_complete(self._count_finished(client))
-                        if self._baseline is None:
-                            self._baseline = total
-                        self.finished = total - self._baseline
-                    except Exception:  # the view must never break the run
-                        logger.debug("Progress refresh failed", exc_info=True)
+                    self._refresh(loop, client)
                     live.update(self._render(progress, task_id))
                     if self._stop_evt.wait(0.5):
                         break
+                # The run is over: count once more and end the bar complete (the estimate only guides the bar
+                # while running; APO may skip candidates).
+                self._refresh(loop, client)
+                self.expected = self.finished
                 live.update(self._render(progress, task_id))
         finally:
             loop.run_until_complete(client.close())
@@ -323,9 +331,14 @@ class ProgressView(threading.Thread):
 
 
 def _expected_rollouts(beam_width: int, branch_factor: int, rounds: int, grad_batch: int, val_batch: int) -> int:
-    pool = beam_width + beam_width * branch_factor
-    per_round = beam_width * branch_factor * grad_batch + pool * val_batch + len(VAL_TASKS)
-    return len(VAL_TASKS) + rounds * per_round
+    """Rollouts APO runs: the seed on the full validation set, then per round the parents' train batches, one
+    validation batch per prompt of the pool (the beam -- only the seed in the first round -- plus the candidates) and
+    the leader on the full validation set."""
+    total = len(VAL_TASKS)
+    for round_index in range(rounds):
+        pool = (1 if round_index == 0 else beam_width) + beam_width * branch_factor
+        total += beam_width * branch_factor * grad_batch + pool * val_batch + len(VAL_TASKS)
+    return total
 
 
 def _configure_logging(log_path: str) -> None:
@@ -343,6 +356,40 @@ def _configure_logging(log_path: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+ENV_ENDPOINT = "$OPENAI_BASE_URL"
+
+
+class EndpointError(RuntimeError):
+    """The requested LLM endpoint is unusable; the message is one line."""
+
+
+def check_llm_endpoint(requested: str, timeout: float = 10.0) -> Tuple[str, str]:
+    """Resolve ``--llm-endpoint`` and check it answers before any work starts: ``(base URL, API key)``.
+
+    ``GET <base>/models`` with the key: no answer, or 401/403, is an :class:`EndpointError`; any other HTTP answer
+    (some servers have no ``/models``) counts as reachable.
+    """
+    base = os.environ.get("OPENAI_BASE_URL", "") if requested == ENV_ENDPOINT else requested
+    if not base:
+        raise EndpointError("--llm-endpoint without a URL needs OPENAI_BASE_URL to be set")
+    if not base.startswith(("http://", "https://")):
+        raise EndpointError(f"--llm-endpoint {base!r} is not an http(s) URL")
+    key = os.environ.get("OPENAI_API_KEY", "")
+    if not key:
+        raise EndpointError(f"the LLM endpoint {base} needs an API key: set OPENAI_API_KEY")
+    request = urllib.request.Request(base.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            pass
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise EndpointError(f"the LLM endpoint {base} rejected OPENAI_API_KEY (HTTP {exc.code})") from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise EndpointError(f"cannot reach the LLM endpoint {base}: {reason}") from None
+    return base, key
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of the quickstart."""
     parser = argparse.ArgumentParser(
@@ -355,6 +402,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=None, help="Store server port (default: a free port).")
     parser.add_argument("--runners", type=int, default=4, help="Runner processes (default: 4).")
     parser.add_argument("--rounds", type=int, default=3, help="APO beam-search rounds (default: 3).")
+    parser.add_argument(
+        "--llm-endpoint",
+        nargs="?",
+        const=ENV_ENDPOINT,
+        default=None,
+        metavar="URL",
+        help="Use a real OpenAI-compatible endpoint instead of the built-in mock: URL, or $OPENAI_BASE_URL when no "
+        "URL is given (key: $OPENAI_API_KEY). Checked before the run starts.",
+    )
     parser.add_argument("--model", default=None, help="Model for a real endpoint (default: gpt-4.1-mini).")
     parser.add_argument("--keep-serving", action="store_true", help="Keep the store and dashboard up until Ctrl+C.")
     return parser
@@ -374,11 +430,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                 os.remove(db_path + suffix)
         if os.path.exists(log_path):
             os.remove(log_path)
+    endpoint: Optional[Tuple[str, str]] = None
+    if args.llm_endpoint is not None:
+        try:
+            endpoint = check_llm_endpoint(args.llm_endpoint)
+        except EndpointError as exc:
+            print(f"rollouthub quickstart: error: {exc}", file=sys.stderr)
+            return 1
     reused = os.path.exists(db_path)
     _configure_logging(log_path)
     port = args.port or _free_port()
     store_url = f"http://127.0.0.1:{port}"
-    use_mock = not os.environ.get("OPENAI_BASE_URL")
 
     with ExitStack() as stack:
         console.print(f"[bold]rollouthub quickstart[/bold]: {'reusing' if reused else 'creating'} {db_path}")
@@ -394,21 +456,26 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         _wait_for_store(store_process, port, log_path)
         console.print(f"store server: {store_url}  (dashboard: {store_url}/)")
-        if use_mock:
+        # The runner processes inherit the environment: OPENAI_BASE_URL/OPENAI_API_KEY say which LLM they call (an
+        # OPENAI_BASE_URL the user had exported is only used with --llm-endpoint); restored when the run ends.
+        for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+            previous = os.environ.get(name)
+            stack.callback(_restore_env, name, previous)
+        if endpoint is None:
             from rollouthub.testing import MockOpenAIServer
 
             llm = stack.enter_context(MockOpenAIServer(reply=mock_llm_reply))
             os.environ["OPENAI_BASE_URL"] = llm.base_url
-            os.environ.setdefault("OPENAI_API_KEY", "dummy")
-            stack.callback(os.environ.pop, "OPENAI_BASE_URL", None)
+            os.environ["OPENAI_API_KEY"] = "dummy"  # never send a real key to the mock
             os.environ[AGENT_MODEL_ENV] = MOCK_AGENT_MODEL
             critic, editor = MOCK_CRITIC_MODEL, MOCK_EDITOR_MODEL
-            console.print(f"LLM: built-in mock at {llm.base_url} (set OPENAI_BASE_URL to use a real endpoint)")
+            console.print(f"LLM: built-in mock at {llm.base_url} (--llm-endpoint uses a real endpoint)")
         else:
+            os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = endpoint
             model = args.model or "gpt-4.1-mini"
             os.environ[AGENT_MODEL_ENV] = model
             critic = editor = model
-            console.print(f"LLM: {os.environ['OPENAI_BASE_URL']} (model {model})")
+            console.print(f"LLM: {endpoint[0]} (model {model})")
 
         beam_width, branch_factor, grad_batch, val_batch = 2, 2, 4, 6
         apo: APO[Any] = APO(
@@ -461,20 +528,28 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{stats.get('total_workers')} workers."
         )
         console.print(f"Data: {db_path} (SQLite; log: {log_path})")
-        console.print(f"Dashboard: {store_url}/")
         if args.keep_serving:
-            console.print("Serving the store and dashboard; press Ctrl+C to stop.")
+            console.print(f"Dashboard: {store_url}/  (serving until Ctrl+C)")
             try:
                 while store_process.poll() is None:
                     time.sleep(0.5)
             except KeyboardInterrupt:
                 pass
         else:
+            # The store stops with this process: only print what works afterwards.
             console.print(
-                f"Browse it later: rollouthub store --backend sqlite:///{db_path} --port {port}  "
-                f"then open http://127.0.0.1:{port}/"
+                f"Browse it later: rollouthub store --backend sqlite:///{db_path}  then open http://127.0.0.1:4747/",
+                markup=False,
+                highlight=False,
             )
     return 0
+
+
+def _restore_env(name: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 async def _statistics(store_url: str) -> Dict[str, Any]:

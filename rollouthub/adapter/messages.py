@@ -145,7 +145,9 @@ def _tools_from_request(request: Mapping[str, Any]) -> Optional[List[ChatComplet
 
 def _convert_call(
     call: Mapping[str, Any],
-) -> tuple[List[ChatCompletionMessageParam], List[ChatCompletionMessageParam], Optional[List[ChatCompletionFunctionToolParam]]]:
+) -> tuple[
+    List[ChatCompletionMessageParam], List[ChatCompletionMessageParam], Optional[List[ChatCompletionFunctionToolParam]]
+]:
     """One grouped LLM call → (prompt messages, assistant response messages, available tools)."""
     prompt: List[ChatCompletionMessageParam] = [_prompt_message(entry) for entry in call.get("prompt") or []]
     tool_calls = [

@@ -103,7 +103,9 @@ def _selection(args: argparse.Namespace) -> Any:
         error = exc.errors()[0]
         message = str(error["msg"]).removeprefix("Value error, ")
         if not error["loc"]:  # a rule across fields; the message names them
-            raise ValueError(message.replace("min_reward", "--min-reward").replace("max_reward", "--max-reward")) from None
+            raise ValueError(
+                message.replace("min_reward", "--min-reward").replace("max_reward", "--max-reward")
+            ) from None
         flag = "--" + str(error["loc"][0]).removesuffix("_in").replace("_", "-")
         raise ValueError(f"{flag}: {message}") from None
 
@@ -198,4 +200,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         where = "stdout" if args.output == "-" else args.output
         print(f"Exported to {where}: {summary.describe()}.", file=sys.stderr)
     return 0
-

@@ -58,7 +58,9 @@ def _message_key(message: Mapping[str, Any]) -> Tuple[Any, ...]:
     )
 
 
-def _merge_tools(a: Optional[List[Dict[str, Any]]], b: Optional[List[Dict[str, Any]]]) -> Optional[List[Dict[str, Any]]]:
+def _merge_tools(
+    a: Optional[List[Dict[str, Any]]], b: Optional[List[Dict[str, Any]]]
+) -> Optional[List[Dict[str, Any]]]:
     if not b:
         return a
     if not a:

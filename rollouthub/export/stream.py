@@ -154,9 +154,7 @@ async def iter_export_rows(
     """
     selection = selection or ExportSelection()
     summary = summary if summary is not None else ExportSummary(format)
-    rollouts = iter_selected_rollouts(
-        store, selection, page_size=page_size, summary=summary, on_progress=on_progress
-    )
+    rollouts = iter_selected_rollouts(store, selection, page_size=page_size, summary=summary, on_progress=on_progress)
     if format == "preferences":
         async for row in _preference_rows(store, rollouts, selection, pairing, summary):
             yield row
@@ -269,4 +267,3 @@ async def _preference_rows(
         unpaired = len(entries) - len(used)
         if unpaired:
             summary.skip("not paired (best-worst pairing)", unpaired)
-

@@ -201,7 +201,9 @@ class ParquetWriter(RowWriter):
         self._writer.close()
 
 
-def open_writer(file_format: FileFormat, format: ExportFormat, path: Optional[str], stream: Optional[BinaryIO]) -> RowWriter:
+def open_writer(
+    file_format: FileFormat, format: ExportFormat, path: Optional[str], stream: Optional[BinaryIO]
+) -> RowWriter:
     """A writer for ``file_format`` to ``path`` (Parquet needs a path) or to ``stream`` (JSONL)."""
     if file_format == "parquet":
         if path is None:

@@ -65,7 +65,9 @@ def parse_export_query(request: Request) -> tuple[str, str, Any]:
         selection = ExportSelection(**fields)
     except pydantic.ValidationError as exc:
         error = exc.errors()[0]
-        field = str(error["loc"][0]) if error["loc"] else "/".join(k for k in fields if k in str(error["msg"])) or "query"
+        field = (
+            str(error["loc"][0]) if error["loc"] else "/".join(k for k in fields if k in str(error["msg"])) or "query"
+        )
         raise _bad(field, str(error["msg"]).removeprefix("Value error, ")) from None
     return format, pairs, selection
 
@@ -123,4 +125,6 @@ def add_export_routes(app: FastAPI, server: LightningStoreServer, prefix: str) -
         return JSONResponse(view)
 
     app.add_api_route(f"{prefix}/export", export_rows, methods=["GET"], name="export", response_class=StreamingResponse)
-    app.add_api_route(f"{prefix}/rollouts/{{rollout_id}}/conversation", conversation, methods=["GET"], name="conversation")
+    app.add_api_route(
+        f"{prefix}/rollouts/{{rollout_id}}/conversation", conversation, methods=["GET"], name="conversation"
+    )

@@ -118,7 +118,10 @@ async def test_apo_run_end_to_end_with_simulated_runner() -> None:
     assert "STRICT" in apo.get_best_prompt().template
     assert stub.count("grad-model") == 2 * 2 * 2 and stub.count("edit-model") == 8
     resources = await store.query_resources()
-    assert {"v0", "v1", "v8"} <= {r.resources_id for r in resources}
+    assert apo.run_id is not None and apo.run_id.startswith("apo-")
+    assert {f"{apo.run_id}-v0", f"{apo.run_id}-v1", f"{apo.run_id}-v8"} <= {r.resources_id for r in resources}
+    # Each prompt version is published once and never updated (re-evaluating it reuses the snapshot).
+    assert {r.version for r in resources} == {1}
     rollouts = await store.query_rollouts()
     assert all(r.status == "succeeded" for r in rollouts)
     assert not math.isinf(apo._best_prompt.score)  # type: ignore[union-attr]

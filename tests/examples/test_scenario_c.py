@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(180)
 
 async def _check(store: Any, apo: Any) -> None:
     resources = {r.resources_id for r in await store.query_resources()}
-    assert {"v0", "v1", "v2"} <= resources
+    assert {apo.resources_id_of(v) for v in ("v0", "v1", "v2")} <= resources
     rollouts = list(await store.query_rollouts())
     assert rollouts and all(r.status in ("succeeded", "failed", "cancelled") for r in rollouts)
     assert {r.status for r in rollouts} == {"succeeded"}

@@ -14,6 +14,7 @@ import math
 import os
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
@@ -95,6 +96,10 @@ class APO(Algorithm, Generic[T_task]):
         self._poml_trace = _poml_trace
         self._poll_interval = 2.0
         self._version_counter = 0
+        self.run_id: Optional[str] = None
+        """Set by :meth:`run` (``"apo-<6 hex>"``): prefixes the resources ids this run publishes, so a run never
+        overwrites the prompts of an earlier one in the same store."""
+        self._published: Dict[str, str] = {}
         self._best_prompt: Optional[VersionedPromptTemplate] = None
         self.history: List[Tuple[str, str, float]] = []
         """``(phase, version, score)`` for every scored evaluation, in order (useful for progress displays)."""
@@ -195,6 +200,25 @@ class APO(Algorithm, Generic[T_task]):
             return self._poll_interval
         return 0.1 if isinstance(store, LightningStoreClient) else self._poll_interval
 
+    def resources_id_of(self, version: str) -> str:
+        """The resources id under which ``version`` is published: ``"<run_id>-<version>"`` (``version`` itself
+        before :meth:`run` sets :attr:`run_id`)."""
+        return f"{self.run_id}-{version}" if self.run_id else version
+
+    async def _publish(self, store: LightningStore, prompt: VersionedPromptTemplate, resource_name: str) -> str:
+        """Add ``prompt`` to the store once (its first evaluation); later evaluations reuse the snapshot.
+
+        Every prompt version is a new resources id of this run, created with version 1 and never updated: rollouts
+        keep pointing at the exact prompt they ran with, also after later runs on the same store (the reference
+        updated the ids ``v0``, ``v1``, ... in place, so a second run rewrote the history of the first).
+        """
+        resources_id = self._published.get(prompt.version)
+        if resources_id is None:
+            resources_id = self.resources_id_of(prompt.version)
+            await store.update_resources(resources_id, {resource_name: prompt.prompt_template})
+            self._published[prompt.version] = resources_id
+        return resources_id
+
     @with_store
     async def evaluate_prompt_on_batch(
         self,
@@ -207,10 +231,10 @@ class APO(Algorithm, Generic[T_task]):
         """Run ``prompt`` on every task of ``dataset``; return the finished results and the average reward."""
         from rollouthub.emitter import find_final_reward
 
-        await store.update_resources(prompt.version, {resource_name: prompt.prompt_template})
+        resources_id = await self._publish(store, prompt, resource_name)
         rollout_ids: List[str] = []
         for task in dataset:
-            rollout = await store.enqueue_rollout(input=task, mode=mode, resources_id=prompt.version)
+            rollout = await store.enqueue_rollout(input=task, mode=mode, resources_id=resources_id)
             rollout_ids.append(rollout.rollout_id)
         deadline = time.monotonic() + self.rollout_batch_timeout
         step = self._wait_step(store)
@@ -281,6 +305,8 @@ class APO(Algorithm, Generic[T_task]):
         val_iter: Iterator[List[T_task]] = batch_iter_over_dataset(val_dataset, self.val_batch_size)
         full_val = [val_dataset[i] for i in range(len(val_dataset))]
 
+        self.run_id = f"apo-{uuid.uuid4().hex[:6]}"
+        self._published = {}
         seed = self._create_versioned(seed_template)
         self._best_prompt = VersionedPromptTemplate(seed.version, seed.prompt_template, score=-math.inf)
         beam: List[VersionedPromptTemplate] = [seed]
