@@ -159,13 +159,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         task = progress.add_task("export", total=None)
 
+    started = False
+
     def on_progress(done: int, total: int) -> None:
-        if progress is not None:
-            progress.update(task, completed=done, total=max(total, done))
+        nonlocal started
+        if progress is None:
+            return
+        if not started:  # after the first page: a source that cannot be read prints its error line alone
+            progress.start()
+            started = True
+        progress.update(task, completed=done, total=max(total, done))
 
     try:
-        if progress is not None:
-            progress.start()
         try:
             summary = asyncio.run(
                 export_async(
@@ -182,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 )
             )
         finally:
-            if progress is not None:
+            if started:
                 progress.stop()
     except (MissingExtraError, ExportSourceError) as exc:
         print(f"rollouthub export: error: {exc}", file=sys.stderr)

@@ -125,10 +125,29 @@ def _chat_message(raw: Any) -> Message:
     if not isinstance(raw, Mapping):
         return {"role": "user", "content": raw if isinstance(raw, str) else json.dumps(raw)}
     message: Message = {"role": raw.get("role") or "user", "content": raw.get("content")}
-    for key in ("tool_calls", "tool_call_id", "name"):
+    calls = _as_list(raw.get("tool_calls"))
+    if calls:
+        message["tool_calls"] = [_tool_call(call) for call in calls]
+    for key in ("tool_call_id", "name"):
         if raw.get(key) is not None:
             message[key] = raw[key]
     return message
+
+
+def _tool_call(raw: Any) -> Dict[str, Any]:
+    """A recorded tool call (flat ``id``/``name``/``arguments`` attributes) in the OpenAI chat layout."""
+    if not isinstance(raw, Mapping):
+        return {"id": None, "type": "function", "function": {"name": None, "arguments": json.dumps(raw)}}
+    function: Mapping[str, Any] = raw["function"] if isinstance(raw.get("function"), Mapping) else raw
+    arguments = function.get("arguments")
+    return {
+        "id": raw.get("id"),
+        "type": raw.get("type") or "function",
+        "function": {
+            "name": function.get("name"),
+            "arguments": arguments if isinstance(arguments, str) or arguments is None else json.dumps(arguments),
+        },
+    }
 
 
 def _as_list(raw: Any) -> List[Any]:

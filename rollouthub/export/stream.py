@@ -234,10 +234,10 @@ async def _preference_rows(
         input_value: Any = None
         for i in used:
             rollout_id, attempt_id, _, _ = entries[i]
-            rollout = await store.get_rollout_by_id(rollout_id)
-            if rollout is None:
+            found_rollout = await store.get_rollout_by_id(rollout_id)
+            if found_rollout is None:
                 continue
-            input_value = rollout.input
+            input_value = found_rollout.input
             try:
                 found = row_builders.conversations(
                     row_builders.trace_llm_calls(await store.query_spans(rollout_id, attempt_id))
