@@ -1,9 +1,9 @@
 // End-to-end: every page against a real `rollouthub store` seeded through its REST API, in headless Chromium.
-import { readdirSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BrowserContext, Locator, Page, Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser, prepareScreenshotDir, recordApiRequests, screenshot } from './browser';
+import { SCREENSHOT_DIR, launchBrowser, prepareScreenshotDir, recordApiRequests, screenshot } from './browser';
 import { Rest, addSpans, agentSpans, enqueue, seed, type SeedResult } from './seed';
 import { REPO_ROOT, startStore, type StoreProcess } from './server';
 
@@ -56,6 +56,7 @@ describe('dashboard against a seeded store', () => {
     context = await b.browser.newContext({ viewport: VIEWPORT });
     page = await context.newPage();
     page.on('pageerror', (e) => console.error('pageerror:', e.message));
+    if (process.env.E2E_LOG_REQUESTS) page.on('request', (r) => console.log('REQ', r.url()));
   });
   afterAll(async () => {
     await context?.close();
@@ -73,6 +74,12 @@ describe('dashboard against a seeded store', () => {
     expect(assetRes.status).toBe(200);
     expect(assetRes.headers.get('cache-control')).toContain('immutable');
     expect((await fetch(`${store.url}/v1/unknown`)).status).toBe(404);
+    // Issue 18: probes and scrapers of non-dashboard paths get 404 JSON, not the dashboard.
+    for (const path of ['/health', '/metrics']) {
+      const res = await fetch(`${store.url}${path}`);
+      expect(res.status).toBe(404);
+      expect(await res.json()).toEqual({ detail: 'Not Found' });
+    }
   });
 
   it('Rollouts: renders every rollout with the default request and the summary', async () => {
@@ -96,8 +103,87 @@ describe('dashboard against a seeded store', () => {
     expect(await page.getByTestId('count-queuing').locator('.count-value').innerText()).toBe('2');
     expect(await page.getByTestId('count-cancelled').locator('.count-value').innerText()).toBe('1');
     expect(await page.getByTestId('count-running').locator('.count-value').innerText()).toBe('1');
-    await waitForCount(page.getByTestId('reward-point'), 5);
     await screenshot(page, '01-rollouts');
+    expect(await page.title()).toBe('rollouthub');
+    expect(await page.locator('.brand').innerText()).toContain('rollouthub');
+  });
+
+  it('Learning curve: mean final reward per resources version in creation order, per mode, with counts and spread', async () => {
+    const chart = page.getByTestId('learning-curve-chart');
+    await expect.poll(() => chart.getAttribute('data-versions')).toBe('2');
+    await waitForCount(chart.locator('canvas'), 1);
+    await page.getByTestId('learning-curve-details').locator('summary').click();
+    const rows = page.getByTestId('learning-curve-row');
+    await waitForCount(rows, 4);
+    const cells = await rows.evaluateAll((els) =>
+      els.map((e) => [e.getAttribute('data-resources-id'), e.getAttribute('data-mode'), e.querySelector('[data-column="count"]')!.textContent, e.querySelector('[data-column="mean"]')!.textContent, e.querySelector('[data-column="std"]')!.textContent]),
+    );
+    // rs-e2e-002 (created before rs-e2e-003): alpha 0.8 + india 0.6 (train), bravo 0.4 (val), charlie 0.1 (test, failed).
+    expect(cells).toEqual([
+      ['rs-e2e-002', 'train', '2', '0.700', '0.100'],
+      ['rs-e2e-002', 'val', '1', '0.400', '0.000'],
+      ['rs-e2e-002', 'test', '1', '0.100', '0.000'],
+      ['rs-e2e-003', 'val', '1', '1.000', '0.000'],
+    ]);
+    const legend = await page.locator('.u-legend').innerText();
+    for (const mode of ['train', 'val', 'test']) expect(legend).toContain(mode);
+    await page.getByTestId('rollout-summary').screenshot({ path: `${SCREENSHOT_DIR}/22-learning-curve.png` });
+    await page.getByTestId('learning-curve-details').locator('summary').click();
+  });
+
+  it('Rollouts: the reward column shows each rollout\'s final reward', async () => {
+    const expected: Record<string, string> = { alpha: '0.8', bravo: '0.4', charlie: '0.1', india: '0.6', delta: '1.0', echo: '—', foxtrot: '—', golf: '—', hotel: '—' };
+    for (const [key, reward] of Object.entries(expected)) {
+      await expect.poll(() => page.locator(`[data-row-id="${id(key)}"] [data-column="reward"]`).innerText()).toBe(reward);
+    }
+    await page.locator(`[data-row-id="${id('alpha')}"]`).scrollIntoViewIfNeeded();
+    await screenshot(page, '23-rollouts-reward-column');
+  });
+
+  it('Conversation view: the LLM calls with messages, response, token counts and reward', async () => {
+    const req = apiRequest(page, `/v1/agl/rollouts/${id('alpha')}/conversation`);
+    await page.locator(`[data-row-id="${id('alpha')}"]`).getByRole('button', { name: 'View conversation' }).click();
+    await req;
+    await expect.poll(() => page.getByTestId('drawer').getAttribute('data-drawer-type')).toBe('rollout-conversation');
+    await waitForCount(page.getByTestId('llm-call'), 1);
+    const messages = await page.getByTestId('chat-message').evaluateAll((els) => els.map((e) => [e.getAttribute('data-role'), e.querySelector('.chat-content')?.textContent]));
+    expect(messages).toEqual([['user', 'What is 2+2?'], ['assistant', '4']]);
+    expect(await page.getByTestId('llm-call-tokens').innerText()).toBe('12 prompt + 3 completion tokens = 15');
+    expect(await page.getByTestId('conversation-reward').innerText()).toBe('0.8');
+    // The same messages as the export route's `messages` row of this rollout (one adapter on the server).
+    const exported = await (await fetch(`${store.url}/v1/agl/export?format=messages&rollout_id_in=${id('alpha')}`)).json();
+    expect(exported.messages).toEqual([{ role: 'user', content: 'What is 2+2?' }, { role: 'assistant', content: '4' }]);
+    await screenshot(page, '24-conversation');
+    await page.getByRole('button', { name: 'Close drawer' }).click();
+  });
+
+  it('Export: the button downloads the current selection as JSONL through the streaming route', async () => {
+    const req = apiRequest(page, '/v1/agl/export', (u) => u.searchParams.get('format') === 'messages');
+    const downloadPromise = page.waitForEvent('download');
+    await page.getByRole('button', { name: 'Export JSONL' }).click();
+    const download = await downloadPromise;
+    const u = new URL((await req).url());
+    expect(u.searchParams.getAll('status_in')).toEqual([]); // no status filter: the route's default (finished)
+    expect(download.suggestedFilename()).toBe('rollouthub-messages.jsonl');
+    const lines = readFileSync((await download.path())!, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(new Set(lines.map((l) => l.rollout_id))).toEqual(new Set(['alpha', 'bravo', 'charlie', 'india', 'delta'].map(id)));
+    expect(lines.find((l) => l.rollout_id === id('delta')).reward).toBe(1);
+    await expect.poll(() => page.getByTestId('export-status').innerText()).toBe('Downloaded 5 rows');
+    await screenshot(page, '25-export-downloaded');
+
+    // With the mode filter: the selection goes along.
+    await page.getByRole('button', { name: 'Filter by mode' }).click();
+    await page.getByRole('dialog', { name: 'Mode' }).getByLabel('Val').check();
+    await page.getByRole('dialog', { name: 'Mode' }).getByRole('button', { name: 'Done' }).click();
+    await page.getByLabel('Export format').selectOption('rewards');
+    const second = page.waitForEvent('download');
+    await page.getByRole('button', { name: 'Export JSONL' }).click();
+    const rewards = readFileSync((await (await second).path())!, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(rewards.map((r) => [r.rollout_id, r.mode, r.reward]).sort()).toEqual([[id('bravo'), 'val', 0.4], [id('delta'), 'val', 1]].sort());
+    await page.getByRole('button', { name: 'Filter by mode' }).click();
+    await page.getByRole('dialog', { name: 'Mode' }).getByRole('button', { name: 'Clear' }).click();
+    await page.getByRole('dialog', { name: 'Mode' }).getByRole('button', { name: 'Done' }).click();
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
   });
 
   it('Rollouts: the status filter sends repeated status_in and filters the rows', async () => {
@@ -171,15 +257,15 @@ describe('dashboard against a seeded store', () => {
     };
     await expect.poll(nonIncreasing).toBe(true);
     await expect.poll(() => page.getByTestId('rollouts-table').getAttribute('aria-busy')).toBe('false');
-    // Page size: changing it sends the new limit and resets the offset.
-    const sizeReq = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('limit') === '50' && u.searchParams.get('offset') === '0');
-    await page.getByLabel('Records per page').selectOption('50');
-    await sizeReq;
-    await page.getByLabel('Records per page').selectOption('100');
     // Back to the default sort.
     req = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('sort_by') === 'start_time');
     await header('Start Time').click();
     await req;
+    // Page size (with a server-side sort): changing it sends the new limit and resets the offset.
+    const sizeReq = apiRequest(page, '/v1/agl/rollouts', (u) => u.searchParams.get('limit') === '50' && u.searchParams.get('offset') === '0' && u.searchParams.get('sort_by') === 'start_time');
+    await page.getByLabel('Records per page').selectOption('50');
+    await sizeReq;
+    await page.getByLabel('Records per page').selectOption('100');
   });
 
   it('Rollouts: search sends rollout_id_contains; expanding a retried rollout lists its previous attempt', async () => {
@@ -215,6 +301,8 @@ describe('dashboard against a seeded store', () => {
     await waitForCount(page.getByTestId('drawer'), 0);
     await waitForCount(page.getByTestId('traces-table-row'), 5);
     expect(await page.getByLabel('Select rollout').inputValue()).toBe(alpha);
+    // Issue 18: a 700 ms span is not "0s".
+    expect(await page.locator('[data-testid="traces-table-row"]', { hasText: 'http_request' }).locator('[data-column="duration"]').innerText()).toBe('700 ms');
     const names = await page.locator('[data-testid="traces-table-row"] [data-column="name"]').allInnerTexts();
     expect(new Set(names)).toEqual(new Set(['agent_execution', 'llm_call', 'tool_execution', 'http_request', 'agentlightning.annotation']));
     await screenshot(page, '07-traces');
@@ -416,15 +504,22 @@ describe('auth token (store started with --api-token)', () => {
   it('fails without a token, works after entering it in Settings, and keeps it across reloads', async () => {
     const requests = recordApiRequests(page);
     await page.goto(`${store.url}/rollouts`);
-    await expect.poll(() => page.getByTestId('rollouts-table-empty').innerText()).toContain('Rollouts are temporarily unavailable (Missing bearer token).');
-    await expect.poll(() => page.getByTestId('alert-banner').innerText()).toContain('Unable to refresh rollouts');
+    // Issue 18: not "Online" and "adjust the filters", but a clear unauthorized state pointing at Settings.
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Unauthorized');
+    expect(await page.getByTestId('connection-unauthorized').innerText()).toContain('Settings → API token');
+    await expect.poll(() => page.getByTestId('unauthorized-state').innerText()).toBe('Unauthorized — set the API token in Settings.');
+    expect(await page.getByTestId('rollouts-table-empty').innerText()).toContain('Missing bearer token');
+    expect(await page.getByTestId('rollouts-table-empty').innerText()).not.toContain('adjust the filters');
+    await expect.poll(() => page.getByTestId('alert-banner').innerText()).toContain('Unauthorized — the store requires an API token');
     await screenshot(page, '19-auth-missing-token');
 
-    await nav(page, 'Settings');
+    await page.getByRole('button', { name: 'Open Settings', exact: true }).click();
+    await page.waitForURL('**/settings');
     await page.getByTestId('settings-api-token').fill('wrong');
     await page.getByTestId('settings-api-token').blur();
     await nav(page, 'Rollouts');
     await expect.poll(() => page.getByTestId('rollouts-table-empty').innerText()).toContain('Invalid bearer token');
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Unauthorized');
 
     await nav(page, 'Settings');
     await page.getByTestId('settings-api-token').fill(TOKEN);
@@ -435,6 +530,7 @@ describe('auth token (store started with --api-token)', () => {
     await nav(page, 'Rollouts');
     await waitForCount(page.getByTestId('rollouts-table-row'), 9);
     await waitForCount(page.getByTestId('alert-banner'), 0);
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Online');
     const i = requests.urls.findIndex((u) => u.pathname === '/v1/agl/rollouts');
     expect(requests.headers[i].authorization).toBe(`Bearer ${TOKEN}`);
     await screenshot(page, '21-rollouts-with-token');

@@ -65,7 +65,7 @@ async function addSpans(rest: Rest, rolloutId: string, attemptId: string, base: 
 function agentSpans(reward: number | null, opts: { error?: boolean; open?: boolean } = {}): SpanSpec[] {
   const specs: SpanSpec[] = [
     { key: 'root', name: 'agent_execution', start: 0, end: opts.open ? null : 4, attributes: { 'agent.name': 'sql-agent' } },
-    { key: 'llm', parent: 'root', name: 'llm_call', start: 0.2, end: 1.6, attributes: { 'gen_ai.request.model': 'tiny-model', 'gen_ai.prompt.0.content': 'What is 2+2?', 'gen_ai.completion.0.content': '4', 'gen_ai.usage.prompt_tokens': 12 } },
+    { key: 'llm', parent: 'root', name: 'llm_call', start: 0.2, end: 1.6, attributes: { 'gen_ai.request.model': 'tiny-model', 'gen_ai.prompt.0.role': 'user', 'gen_ai.prompt.0.content': 'What is 2+2?', 'gen_ai.completion.0.role': 'assistant', 'gen_ai.completion.0.content': '4', 'gen_ai.usage.prompt_tokens': 12, 'gen_ai.usage.completion_tokens': 3, 'gen_ai.usage.total_tokens': 15 } },
     { key: 'tool', parent: 'root', name: 'tool_execution', start: 1.8, end: 3.1, status: opts.error ? 'ERROR' : 'OK', attributes: { 'tool.name': 'calculator', 'tool.args': '{"a":2,"b":2}' } },
     { key: 'sub', parent: 'tool', name: 'http_request', start: 2.0, end: 2.7, attributes: { 'http.method': 'GET' } },
   ];

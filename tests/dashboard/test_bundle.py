@@ -62,7 +62,7 @@ def test_bundle_is_in_the_package() -> None:
     index = BUNDLE / "index.html"
     assert index.is_file(), "build the dashboard: cd dashboard && npm ci && npm run build"
     html = index.read_text()
-    assert "<title>Agent-lightning Dashboard</title>" in html
+    assert "<title>rollouthub</title>" in html  # issue 18: the product name
     assets = re.findall(r'(?:src|href)="/assets/([^"]+)"', html)
     assert any(a.endswith(".js") for a in assets) and any(a.endswith(".css") for a in assets)
     for asset in assets:

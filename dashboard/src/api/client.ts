@@ -49,7 +49,7 @@ export class ApiClient {
     return h;
   }
 
-  async getJson(path: string, params: Params = {}, signal?: AbortSignal): Promise<unknown> {
+  private async request(path: string, params: Params, signal?: AbortSignal): Promise<{ response: Response; text: string }> {
     let response: Response;
     try {
       response = await this.fetchImpl(this.url(path, params), { method: 'GET', headers: this.headers(), signal });
@@ -58,20 +58,44 @@ export class ApiClient {
       throw new ApiError(`Network error: ${(err as Error)?.message ?? String(err)}`, null, null);
     }
     const text = await response.text();
-    let body: unknown = null;
-    if (text) {
-      try {
-        body = JSON.parse(text);
-      } catch {
-        if (response.ok) throw new ApiError('Failed to parse the server response as JSON', response.status, null, text);
-        body = text;
-      }
-    }
     if (!response.ok) {
+      let body: unknown = text;
+      try {
+        body = text ? JSON.parse(text) : null;
+      } catch {
+        /* not JSON */
+      }
       const detail = extractDetail(body);
       throw new ApiError(detail ?? `HTTP ${response.status}`, response.status, detail, body);
     }
-    return body;
+    return { response, text };
+  }
+
+  async getJson(path: string, params: Params = {}, signal?: AbortSignal): Promise<unknown> {
+    const { response, text } = await this.request(path, params, signal);
+    if (!text) return null;
+    try {
+      return JSON.parse(text);
+    } catch {
+      throw new ApiError('Failed to parse the server response as JSON', response.status, null, text);
+    }
+  }
+
+  /** The raw body of a successful GET (e.g. a JSONL export); errors as for `getJson`. */
+  async getText(path: string, params: Params = {}, signal?: AbortSignal): Promise<string> {
+    return (await this.request(path, params, signal)).text;
+  }
+
+  /** Whether the API accepts this client's token: `GET v1/agl/resources/latest` (the health check never needs one);
+   * null when the server cannot be reached. */
+  async authorized(signal?: AbortSignal): Promise<boolean | null> {
+    try {
+      const response = await this.fetchImpl(this.url('v1/agl/resources/latest'), { headers: this.headers(), signal });
+      return response.status !== 401;
+    } catch (err) {
+      if ((err as Error)?.name === 'AbortError') throw err;
+      return null;
+    }
   }
 
   /** Health check: `GET {baseUrl}/v1/agl/health`; true on HTTP 2xx. */

@@ -1,7 +1,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient, ApiError, getErrorDescriptor } from './client';
 import { formatDateTime, formatDuration, formatRelativeTime, formatStatusLabel } from './format';
-import { attributeEntries, buildWaterfall, findFinalReward, getRewardValue } from './insights';
+import { attributeEntries, buildWaterfall, fetchStatusCounts } from './insights';
+import { buildLearningCurve, fetchLearningCurve, fetchRewardsOf, formatReward, parseJsonl, type RewardRow } from './training';
 import { normalizePaginated, normalizeRollout, normalizeSpan, normalizeWorker } from './normalize';
 import {
   fetchRollouts,
@@ -62,7 +63,7 @@ function fakeServer(handler: (url: URL) => { status?: number; body: unknown }) {
     const url = new URL(input);
     calls.push({ url, headers: (init?.headers ?? {}) as Record<string, string> });
     const { status = 200, body } = handler(url);
-    return new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } });
+    return new Response(typeof body === 'string' ? body : JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } });
   };
   return { calls, fetchImpl };
 }
@@ -162,7 +163,9 @@ describe('formatting and errors', () => {
   it('durations and labels', () => {
     expect(formatDuration(3725)).toBe('1h 2m 5s');
     expect(formatDuration(60)).toBe('1m');
-    expect(formatDuration(0.5)).toBe('0s');
+    expect(formatDuration(0.5)).toBe('500 ms');
+    expect(formatDuration(0.7)).toBe('700 ms'); // issue 18: a 700 ms span is not "0s"
+    expect(formatDuration(1.4)).toBe('1s');
     expect(formatDuration(0)).toBe('—');
     expect(formatStatusLabel('requeuing')).toBe('Requeuing');
     expect(formatStatusLabel('in_progress-now')).toBe('In Progress Now');
@@ -275,19 +278,6 @@ describe('insights', () => {
   const span = (id: string, parent: string | null, start: number | null, end: number | null, seq = 1, attrs = {}, name = id): Span =>
     normalizeSpan(rawSpan(id, { parent_id: parent, start_time: start, end_time: end, sequence_id: seq, attributes: attrs, name }));
 
-  it('reward extraction', () => {
-    expect(getRewardValue(span('a', null, 1, 2, 1, { 'agentlightning.reward.0.value': 0.5 }))).toBe(0.5);
-    expect(getRewardValue(span('a', null, 1, 2, 1, { 'agentops.task.output': '{"type":"reward","value":2}' }))).toBe(2);
-    expect(getRewardValue(span('a', null, 1, 2, 1, { reward: 1 }, 'agentlightning.annotation'))).toBe(1);
-    expect(getRewardValue(span('a', null, 1, 2, 1, { reward: 1 }, 'llm'))).toBeNull();
-    expect(
-      findFinalReward([
-        span('x', null, 1, 2, 3, { 'agentlightning.reward.0.value': 0.9 }),
-        span('y', null, 1, 2, 5, {}),
-        span('z', null, 1, 2, 1, { 'agentlightning.reward.0.value': 0.1 }),
-      ]),
-    ).toBe(0.9);
-  });
 
   it('waterfall nests children under parents and positions bars', () => {
     const layout = buildWaterfall([
@@ -320,32 +310,59 @@ describe('insights', () => {
   });
 });
 
-describe('rollout summary', () => {
-  it('counts statuses and charts final rewards, fetching each finished attempt once', async () => {
-    const { clearRewardCache, fetchRolloutSummary } = await import('./insights');
-    clearRewardCache();
-    const finished = [
-      rawRollout('r1', { status: 'succeeded', end_time: 200, attempt: { rollout_id: 'r1', attempt_id: 'a1', sequence_id: 1, start_time: 100, status: 'succeeded' } }),
-      rawRollout('r2', { status: 'failed', end_time: 150, attempt: { rollout_id: 'r2', attempt_id: 'a2', sequence_id: 1, start_time: 100, status: 'failed' } }),
+describe('training data (issue 18)', () => {
+  const row = (id: string, resourcesId: string | null, mode: RewardRow['mode'], reward: number | null, start = 1): RewardRow => ({
+    rolloutId: id, attemptId: `at-${id}`, resourcesId, mode, status: 'succeeded', startTime: start, endTime: start + 1, reward,
+  });
+
+  it('the learning curve aggregates per version in creation order and per mode', () => {
+    const curve = buildLearningCurve(
+      [row('a', 'v2', 'val', 1, 5), row('b', 'v1', 'train', 0.2), row('c', 'v1', 'train', 0.6), row('d', 'v2', 'val', 0.5, 6),
+        row('e', 'v1', 'val', 0), row('f', 'v2', 'val', null), row('g', null, null, 0.3), row('h', 'v9', 'train', 1, 0)],
+      new Map([['v1', 10], ['v2', 20]]),
+    );
+    expect(curve.versions).toEqual(['—', 'v1', 'v2', 'v9']); // no resources first, unknown versions last
+    expect(curve.modes).toEqual(['train', 'val', 'none']);
+    expect(curve.rewarded).toBe(7);
+    expect(curve.unrewarded).toBe(1);
+    const v1train = curve.points.find((p) => p.resourcesId === 'v1' && p.mode === 'train')!;
+    expect(v1train.count).toBe(2);
+    expect(v1train.mean).toBeCloseTo(0.4);
+    expect(v1train.std).toBeCloseTo(0.2);
+    expect([v1train.min, v1train.max]).toEqual([0.2, 0.6]);
+    expect(curve.points.map((p) => `${p.resourcesId}:${p.mode}`)).toEqual(['—:none', 'v1:train', 'v1:val', 'v2:val', 'v9:train']);
+  });
+
+  it('reads rewards from the export route (JSONL) with the selection as repeated parameters', async () => {
+    const lines = [
+      { rollout_id: 'r1', attempt_id: 'a1', resources_id: 'v1', mode: 'train', status: 'succeeded', start_time: 1, end_time: 2, reward: 0.5 },
+      { rollout_id: 'r2', attempt_id: null, resources_id: null, mode: null, status: 'queuing', start_time: 3, end_time: null, reward: null },
     ];
-    const { calls, fetchImpl } = fakeServer((url) => {
-      if (url.pathname === '/v1/agl/spans') {
-        const rid = url.searchParams.get('rollout_id');
-        return { body: { items: [rawSpan(`${rid}-s`, { rollout_id: rid, name: 'agentlightning.annotation', attributes: { 'agentlightning.reward.0.value': rid === 'r1' ? 0.9 : 0.2 } })], limit: -1, offset: 0, total: 1 } };
-      }
-      const statuses = url.searchParams.getAll('status_in');
-      if (statuses.length === 1) return { body: { items: [], limit: 1, offset: 0, total: statuses[0] === 'succeeded' ? 3 : 1 } };
-      return { body: { items: finished, limit: 50, offset: 0, total: 2 } };
-    });
+    const { calls, fetchImpl } = fakeServer((url) =>
+      url.pathname === '/v1/agl/resources'
+        ? { body: { items: [{ resources_id: 'v1', version: 1, create_time: 5, update_time: 5, resources: {} }], limit: -1, offset: 0, total: 1 } }
+        : { body: lines.map((l) => JSON.stringify(l)).join('\n') + '\n' },
+    );
+    const client = new ApiClient({ baseUrl: 'http://s', token: 't', origin: 'http://o' }, fetchImpl);
+    const rewards = await fetchRewardsOf(client, ['r1', 'r2']);
+    expect([...rewards.entries()]).toEqual([['r1', 0.5], ['r2', null]]);
+    const exportCall = calls.find((c) => c.url.pathname === '/v1/agl/export')!;
+    expect(exportCall.url.searchParams.get('format')).toBe('rewards');
+    expect(exportCall.url.searchParams.getAll('rollout_id_in')).toEqual(['r1', 'r2']);
+    expect(exportCall.url.searchParams.getAll('status_in')).toHaveLength(7);
+    expect(exportCall.headers.Authorization).toBe('Bearer t');
+    const curve = await fetchLearningCurve(client);
+    expect(curve.versions).toEqual(['v1']);
+    expect(calls.at(-2)!.url.searchParams.getAll('status_in')).toEqual(['succeeded', 'failed']);
+    expect(parseJsonl('{"a":1}\n\n{"a":2}\n')).toEqual([{ a: 1 }, { a: 2 }]);
+    expect([formatReward(1), formatReward(0.25), formatReward(1 / 3), formatReward(null)]).toEqual(['1.0', '0.25', '0.333', '—']);
+  });
+
+  it('status counts ask the store for each status total', async () => {
+    const { fetchImpl } = fakeServer((url) => ({ body: { items: [], limit: 1, offset: 0, total: url.searchParams.get('status_in') === 'succeeded' ? 3 : 1 } }));
     const client = new ApiClient({ baseUrl: 'http://s', token: '', origin: 'http://o' }, fetchImpl);
-    const summary = await fetchRolloutSummary(client);
-    expect(summary.counts.total).toBe(3 + 6);
-    expect(summary.counts.succeeded).toBe(3);
-    expect(summary.rewards.map((p) => [p.rolloutId, p.reward])).toEqual([['r2', 0.2], ['r1', 0.9]]);
-    const spanCalls = calls.filter((c) => c.url.pathname === '/v1/agl/spans');
-    expect(spanCalls).toHaveLength(2);
-    expect(spanCalls[0].url.searchParams.get('name_contains')).toBe('agentlightning.');
-    await fetchRolloutSummary(client);
-    expect(calls.filter((c) => c.url.pathname === '/v1/agl/spans')).toHaveLength(2); // cached
+    const counts = await fetchStatusCounts(client);
+    expect(counts.total).toBe(3 + 6);
+    expect(counts.succeeded).toBe(3);
   });
 });

@@ -19,9 +19,11 @@ export function formatDateTimeMs(seconds: number | null | undefined): string {
   return `${formatDateTime(seconds)}.${pad(d.getMilliseconds(), 3)}`;
 }
 
-/** Whole seconds as `Xh Ym Zs` omitting zero units; `—` for null or <= 0. */
+/** Whole seconds as `Xh Ym Zs` omitting zero units; under a second in milliseconds (`700 ms`, not `0s`); `—` for
+ * null or <= 0. */
 export function formatDuration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) return '—';
+  if (seconds < 0.9995) return `${Math.max(1, Math.round(seconds * 1000))} ms`;
   const total = Math.floor(seconds);
   const h = Math.floor(total / 3600);
   const m = Math.floor((total % 3600) / 60);

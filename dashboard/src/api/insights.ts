@@ -1,76 +1,12 @@
-// Beyond the reference: rollout summary (status counts, reward over time) and the trace waterfall layout.
+// Beyond the reference: rollout status counts and the trace waterfall layout.
 import type { ApiClient } from './client';
-import { fetchRollouts, fetchSpans } from './queries';
-import { ROLLOUT_STATUSES, type Rollout, type RolloutStatus, type Span } from './types';
+import { fetchRollouts } from './queries';
+import { ROLLOUT_STATUSES, type RolloutStatus, type Span } from './types';
 
 // ---------------------------------------------------------------------------------------------------------------
-// Rewards (runtime spec: emitter `get_reward_value`).
-
-function toNumber(v: unknown): number | null {
-  if (typeof v === 'number' && Number.isFinite(v)) return v;
-  if (typeof v === 'string' && v.trim() !== '' && Number.isFinite(Number(v))) return Number(v);
-  return null;
-}
-
-/** Reward carried by a span, or null: v0.3 `agentlightning.reward.0.value`, AgentOps output, v0.2 `reward`. */
-export function getRewardValue(span: Pick<Span, 'name' | 'attributes'>): number | null {
-  const attrs = span.attributes ?? {};
-  if ('agentlightning.reward.0.value' in attrs) return toNumber(attrs['agentlightning.reward.0.value']);
-  for (const key of ['agentops.task.output', 'agentops.entity.output']) {
-    let v = attrs[key];
-    if (typeof v === 'string') {
-      try {
-        v = JSON.parse(v);
-      } catch {
-        continue;
-      }
-    }
-    if (v && typeof v === 'object' && (v as { type?: unknown }).type === 'reward') {
-      return toNumber((v as { value?: unknown }).value);
-    }
-  }
-  if ((span.name === 'agentlightning.annotation' || span.name === 'agentlightning.reward') && 'reward' in attrs) {
-    return toNumber(attrs.reward);
-  }
-  return null;
-}
-
-/** The reward of the last span (by sequence id) that carries one. */
-export function findFinalReward(spans: readonly Span[]): number | null {
-  const ordered = [...spans].sort((a, b) => a.sequenceId - b.sequenceId);
-  for (let i = ordered.length - 1; i >= 0; i--) {
-    const r = getRewardValue(ordered[i]);
-    if (r !== null) return r;
-  }
-  return null;
-}
-
-export interface RewardPoint {
-  rolloutId: string;
-  time: number;
-  reward: number;
-  status: RolloutStatus;
-}
+// Status counts (final rewards come from the store's export route: see training.ts).
 
 export type StatusCounts = Record<RolloutStatus, number> & { total: number };
-
-export interface RolloutSummary {
-  counts: StatusCounts;
-  rewards: RewardPoint[];
-}
-
-async function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]);
-    }
-  });
-  await Promise.all(workers);
-  return out;
-}
 
 export async function fetchStatusCounts(client: ApiClient, signal?: AbortSignal): Promise<StatusCounts> {
   const totals = await Promise.all(
@@ -86,55 +22,6 @@ export async function fetchStatusCounts(client: ApiClient, signal?: AbortSignal)
     counts.total += totals[i];
   });
   return counts;
-}
-
-/** Final reward per finished attempt (`<server>|<rollout>|<attempt>`): finished attempts do not change, so every
- * poll only fetches the spans of rollouts that finished since the previous one. */
-const rewardCache = new Map<string, number | null>();
-
-export function clearRewardCache(): void {
-  rewardCache.clear();
-}
-
-/** Final rewards of the `limit` most recently finished rollouts, oldest first. Only reward-carrying span names
- * (`agentlightning.*`: v0.3 annotations and v0.2 reward spans) are fetched, not the (large) LLM spans. */
-export async function fetchRewardSeries(client: ApiClient, limit = 50, signal?: AbortSignal): Promise<RewardPoint[]> {
-  const finished = await fetchRollouts(
-    client,
-    { limit, offset: 0, sortBy: 'end_time', sortOrder: 'desc', statusIn: ['succeeded', 'failed'] },
-    signal,
-  );
-  const points = await mapLimited(finished.items, 6, async (r: Rollout): Promise<RewardPoint | null> => {
-    const attemptId = r.attempt?.attemptId ?? null;
-    const key = `${client.serverKey}|${r.rolloutId}|${attemptId}`;
-    let reward = rewardCache.get(key);
-    if (reward === undefined) {
-      const spans = await fetchSpans(
-        client,
-        {
-          rolloutId: r.rolloutId,
-          attemptId,
-          limit: -1,
-          offset: 0,
-          sortBy: 'sequence_id',
-          sortOrder: 'asc',
-          searchTerm: 'agentlightning.',
-        },
-        signal,
-      );
-      reward = findFinalReward(spans.items);
-      rewardCache.set(key, reward);
-    }
-    const time = r.endTime ?? r.attempt?.endTime ?? r.startTime;
-    if (reward === null || time === null) return null;
-    return { rolloutId: r.rolloutId, time, reward, status: r.status };
-  });
-  return points.filter((p): p is RewardPoint => p !== null).sort((a, b) => a.time - b.time);
-}
-
-export async function fetchRolloutSummary(client: ApiClient, signal?: AbortSignal): Promise<RolloutSummary> {
-  const [counts, rewards] = await Promise.all([fetchStatusCounts(client, signal), fetchRewardSeries(client, 50, signal)]);
-  return { counts, rewards };
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ import { FilterIcon } from './icons';
 import { Fragment, useEffect, useLayoutEffect, useRef, useState, type ReactNode } from 'react';
 import type { SortState } from '../api/types';
 import { getErrorDescriptor } from '../api/client';
+import { isUnauthorized } from '../api/training';
+import { navigate } from '../router';
 
 export interface Column<R> {
   accessor: string;
@@ -177,7 +179,18 @@ export function DataTable<R>(props: DataTableProps<R>) {
         </table>
         {empty && !fetching && (
           <div className="empty-state" data-testid={`${testId}-empty`}>
-            {error ? (
+            {isUnauthorized(error) ? (
+              <>
+                <div className="empty-title" data-testid="unauthorized-state">Unauthorized — set the API token in Settings.</div>
+                <div className="dim">
+                  The store requires an API token ({getErrorDescriptor(error) ?? 'missing or invalid bearer token'}). It is kept in this browser only.
+                </div>
+                <div className="button-row">
+                  <button type="button" className="button" onClick={() => navigate('/settings')}>Open Settings</button>
+                  {onRetry && <button type="button" className="button subtle" onClick={onRetry}>Retry</button>}
+                </div>
+              </>
+            ) : error ? (
               <>
                 <div className="empty-title">
                   {capitalize(things)} are temporarily unavailable{descriptor ? ` (${descriptor})` : ''}.

@@ -8,6 +8,7 @@ import { Link, useLocation } from '../router';
 import { useConfig } from '../state/config';
 import { useUi, type DrawerContent } from '../state/ui';
 import { Badge, CopyButton, JsonView } from './common';
+import { ConversationView } from './Conversation';
 import { TracesTable, rolloutForSpan } from './TracesTable';
 
 function RolloutTitle({ rollout, attempt }: { rollout: Rollout; attempt: Attempt | null }) {
@@ -82,6 +83,8 @@ function DrawerBody({ content }: { content: DrawerContent }) {
       return <JsonView value={content.isNested && content.attempt ? content.attempt : content.rollout} testId="drawer-json" />;
     case 'rollout-traces':
       return <RolloutTraces rollout={content.rollout} attempt={content.attempt} />;
+    case 'rollout-conversation':
+      return <ConversationView rollout={content.rollout} />;
     case 'trace-detail':
       return <JsonView value={content.span} testId="drawer-json" />;
     case 'worker-detail':
@@ -90,7 +93,7 @@ function DrawerBody({ content }: { content: DrawerContent }) {
 }
 
 function DrawerTitle({ content }: { content: DrawerContent }) {
-  if (content.type === 'rollout-json' || content.type === 'rollout-traces') return <RolloutTitle rollout={content.rollout} attempt={content.attempt} />;
+  if (content.type === 'rollout-json' || content.type === 'rollout-traces' || content.type === 'rollout-conversation') return <RolloutTitle rollout={content.rollout} attempt={content.attempt} />;
   if (content.type === 'trace-detail') {
     const { span } = content;
     return (

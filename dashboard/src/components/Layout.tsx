@@ -14,7 +14,7 @@ const NAV: [string, string, string][] = [
   ['/settings', 'Settings', '✎'],
 ];
 
-type Health = 'unknown' | 'online' | 'offline';
+type Health = 'unknown' | 'online' | 'offline' | 'unauthorized';
 
 function ConnectionIndicator() {
   const { client, config } = useConfig();
@@ -27,22 +27,31 @@ function ConnectionIndicator() {
       const c = new AbortController();
       controller = c;
       setChecking(true);
-      client.health(c.signal).then(
-        (ok) => { if (!c.signal.aborted) { setHealth(ok ? 'online' : 'offline'); setChecking(false); } },
-        () => { if (!c.signal.aborted) setChecking(false); },
-      );
+      // The health route never needs a token: an online server may still refuse every API call (401).
+      client
+        .health(c.signal)
+        .then(async (ok) => (ok ? ((await client.authorized(c.signal)) === false ? 'unauthorized' : 'online') : 'offline'))
+        .then(
+          (h: Health) => { if (!c.signal.aborted) { setHealth(h); setChecking(false); } },
+          () => { if (!c.signal.aborted) setChecking(false); },
+        );
     };
     check();
     const id = config.autoRefreshMs > 0 ? window.setInterval(check, config.autoRefreshMs) : undefined;
     return () => { controller?.abort(); if (id) window.clearInterval(id); };
   }, [client, config.autoRefreshMs]);
-  const label = checking ? 'Refreshing' : health === 'online' ? 'Online' : health === 'offline' ? 'Offline' : 'Unknown';
-  const color = checking ? 'blue' : health === 'online' ? 'teal' : health === 'offline' ? 'red' : 'gray';
+  const label = checking ? 'Refreshing' : { online: 'Online', offline: 'Offline', unauthorized: 'Unauthorized', unknown: 'Unknown' }[health];
+  const color = checking ? 'blue' : { online: 'teal', offline: 'red', unauthorized: 'orange', unknown: 'gray' }[health];
   return (
     <button type="button" className="connection" aria-label="Open settings to edit server connection" onClick={() => navigate('/settings')} data-testid="connection-indicator">
       <div className="small dim">Server connection</div>
       <span className={`badge badge-${color}`} data-testid="connection-status" data-health={health}>{label}</span>
       <div className="small mono ellipsis">{config.baseUrl || 'No server configured'}</div>
+      {health === 'unauthorized' && !checking && (
+        <div className="small unauthorized-hint" data-testid="connection-unauthorized">
+          The store requires an API token: set it in Settings → API token.
+        </div>
+      )}
     </button>
   );
 }
@@ -67,7 +76,7 @@ export function Layout({ children }: { children: ReactNode }) {
       <nav className="navbar" aria-label="Main navigation">
         <div className="brand">
           <span className="logo" aria-hidden="true">⚡</span>
-          <span>Agent-lightning Dashboard</span>
+          <span>rollouthub</span>
         </div>
         <ul className="nav-links">
           {NAV.map(([to, label, icon]) => {

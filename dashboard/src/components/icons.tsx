@@ -11,3 +11,5 @@ export const AlertIcon = () => (<svg {...base}><path d="M12 3l10 18H2z" /><path 
 export const JsonIcon = () => (<svg {...base}><path d="M8 4H7a2 2 0 0 0-2 2v4l-2 2 2 2v4a2 2 0 0 0 2 2h1M16 4h1a2 2 0 0 1 2 2v4l2 2-2 2v4a2 2 0 0 1-2 2h-1" /></svg>);
 export const TracesIcon = () => (<svg {...base}><path d="M4 6h10M8 12h12M6 18h8" /></svg>);
 export const CloseIcon = () => (<svg {...base}><path d="M6 6l12 12M18 6L6 18" /></svg>);
+export const ChatIcon = () => (<svg {...base}><path d="M4 5h16v10H9l-5 4z" /><path d="M8 9h8M8 12h5" /></svg>);
+export const DownloadIcon = () => (<svg {...base}><path d="M12 4v11M7 10l5 5 5-5M5 20h14" /></svg>);

@@ -2,6 +2,9 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
 import { useUi } from '../state/ui';
 import { getErrorDescriptor } from '../api/client';
+import { isUnauthorized } from '../api/training';
+
+export const UNAUTHORIZED_MESSAGE = 'Unauthorized — the store requires an API token. Set it in Settings → API token.';
 
 export interface QueryState<T> {
   data: T | undefined;
@@ -84,7 +87,7 @@ export function useFetchAlert(
 ): void {
   const { showAlert, hideAlert } = useUi();
   const error = errors.find((e) => !!e);
-  const text = error ? message(getErrorDescriptor(error)) : null;
+  const text = error ? (isUnauthorized(error) ? UNAUTHORIZED_MESSAGE : message(getErrorDescriptor(error))) : null;
   useEffect(() => {
     if (text) showAlert({ id, tone: 'error', message: text });
     else if (settled) hideAlert(id);

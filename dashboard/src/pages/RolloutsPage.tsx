@@ -1,4 +1,4 @@
-import { JsonIcon, TracesIcon } from '../components/icons';
+import { ChatIcon, JsonIcon, TracesIcon } from '../components/icons';
 // Rollouts page (dashboard.md 6) with the summary panel.
 import { useCallback, useEffect, useState } from 'react';
 import { fetchAttempts, fetchRollouts, rolloutDuration, selectRolloutsArgs } from '../api/queries';
@@ -6,7 +6,9 @@ import { formatDateTime, formatDuration, formatRelativeTime, formatStatusLabel, 
 import { ROLLOUT_MODES, ROLLOUT_STATUSES, type Attempt, type Rollout, type RolloutMode, type RolloutStatus, type SortState } from '../api/types';
 import { Badge, IdWithCopy, PageHeader, SearchInput, Skeleton } from '../components/common';
 import { DataTable, MultiSelectFilter, type Column } from '../components/DataTable';
+import { ExportButton } from '../components/ExportButton';
 import { RolloutSummaryPanel } from '../components/RolloutSummary';
+import { fetchRewardsOf, formatReward } from '../api/training';
 import { useFetchAlert, usePageState, useQuery } from '../hooks/useQuery';
 import { useConfig } from '../state/config';
 import { useUi } from '../state/ui';
@@ -33,9 +35,12 @@ function inputText(input: unknown): string {
   return typeof input === 'string' ? input : jsonPreview(input);
 }
 
+type DrawerKind = 'rollout-json' | 'rollout-traces' | 'rollout-conversation';
+
 export function rolloutColumns(
-  open: (row: Row, type: 'rollout-json' | 'rollout-traces') => void,
+  open: (row: Row, type: DrawerKind) => void,
   filters?: { status: React.ReactNode; mode: React.ReactNode },
+  rewards?: Map<string, number | null>,
 ): Column<Row>[] {
   const now = Date.now() / 1000;
   return [
@@ -62,6 +67,8 @@ export function rolloutColumns(
         }
         return <Badge kind="rollout" value={r.rollout.status} />;
       } },
+    { accessor: 'reward', title: 'Reward', fixedWidth: 6.5, priority: 1,
+      render: (r) => (r.isNested ? null : <span className="mono reward-cell" title="Final reward (latest attempt)">{rewards === undefined ? '…' : formatReward(rewards.get(r.rollout.rolloutId))}</span>) },
     { accessor: 'resourcesId', title: 'Resources', sortable: true, fixedWidth: 10, priority: 3,
       render: (r) => (r.isNested ? null : <span className="mono ellipsis">{r.rollout.resourcesId ?? '—'}</span>) },
     { accessor: 'mode', title: 'Mode', sortable: true, fixedWidth: 8, priority: 3, filter: filters?.mode,
@@ -77,17 +84,20 @@ export function rolloutColumns(
       render: (r) => formatRelativeTime(r.attempt?.lastHeartbeatTime ?? null) },
     { accessor: 'workerId', title: 'Worker', sortable: true, fixedWidth: 10, priority: 3,
       render: (r) => <span className="mono">{r.attempt?.workerId ?? '—'}</span> },
-    { accessor: 'actionsPlaceholder', title: 'Actions', fixedWidth: 6.5, priority: 0,
+    { accessor: 'actionsPlaceholder', title: 'Actions', fixedWidth: 8, priority: 0,
       render: (r) => (
         <span className="actions" onClick={(e) => e.stopPropagation()}>
           <button type="button" className="icon-button" aria-label="View raw JSON" title="View raw JSON" onClick={() => open(r, 'rollout-json')}><JsonIcon /></button>
           <button type="button" className="icon-button" aria-label="View traces" title="View traces" onClick={() => open(r, 'rollout-traces')}><TracesIcon /></button>
+          {!r.isNested && (
+            <button type="button" className="icon-button" aria-label="View conversation" title="View conversation" onClick={() => open(r, 'rollout-conversation')}><ChatIcon /></button>
+          )}
         </span>
       ) },
   ];
 }
 
-function PreviousAttempts({ rollout, onOpen }: { rollout: Rollout; onOpen: (row: Row, type: 'rollout-json' | 'rollout-traces') => void }) {
+function PreviousAttempts({ rollout, onOpen }: { rollout: Rollout; onOpen: (row: Row, type: DrawerKind) => void }) {
   const { client, config } = useConfig();
   const q = useQuery(`attempts|${client.serverKey}|${config.token}|${rollout.rolloutId}`, (signal) =>
     fetchAttempts(client, { rolloutId: rollout.rolloutId, limit: 100, offset: 0, sortBy: 'sequence_id', sortOrder: 'desc' }, signal),
@@ -133,6 +143,12 @@ export function RolloutsPage() {
   useFetchAlert('rollouts-fetch', [q.error], !q.isFetching, () => 'Unable to refresh rollouts. The list below may be out of date until the connection recovers.');
 
   const rows: Row[] = (q.data?.items ?? []).map((r) => ({ rollout: r, attempt: r.attempt, isNested: false }));
+  const pageIds = rows.map((r) => r.rollout.rolloutId);
+  const rewardsQ = useQuery(
+    pageIds.length ? `rewards|${client.serverKey}|${config.token}|${pageIds.join(',')}` : null,
+    (signal) => fetchRewardsOf(client, pageIds, signal),
+    { pollMs: config.autoRefreshMs },
+  );
   const expandable = (r: Row) => !r.isNested && (r.attempt?.sequenceId ?? 0) > 1;
 
   // Prune expansion state when rows disappear or stop being expandable.
@@ -146,7 +162,7 @@ export function RolloutsPage() {
   }, [rowIds]);
 
   const open = useCallback(
-    (row: Row, type: 'rollout-json' | 'rollout-traces') => openDrawer({ type, rollout: row.rollout, attempt: row.attempt, isNested: row.isNested }),
+    (row: Row, type: DrawerKind) => openDrawer({ type, rollout: row.rollout, attempt: row.attempt, isNested: row.isNested }),
     [openDrawer],
   );
   const filtersActive = !!(state.searchTerm.trim() || state.statusFilters.length || state.modeFilters.length);
@@ -161,12 +177,14 @@ export function RolloutsPage() {
       <MultiSelectFilter<RolloutMode> label="Mode" description="Filter rollouts by mode" options={ROLLOUT_MODES}
         value={state.modeFilters} onChange={(v) => update({ modeFilters: v, page: 1 })} optionLabel={formatStatusLabel} />
     ),
-  });
+  }, rewardsQ.data);
 
   return (
     <div className="page" data-testid="rollouts-page">
       <PageHeader title="Rollouts">
         <SearchInput value={state.searchTerm} onChange={(v) => update({ searchTerm: v, page: 1 })} placeholder="Search by Rollout ID" />
+        <span className="spacer" />
+        <ExportButton statusFilters={state.statusFilters} modeFilters={state.modeFilters} />
       </PageHeader>
       <RolloutSummaryPanel />
       {q.isLoading && rows.length === 0 ? (

@@ -14,6 +14,7 @@ export interface AlertEntry {
 export type DrawerContent =
   | { type: 'rollout-json'; rollout: Rollout; attempt: Attempt | null; isNested: boolean }
   | { type: 'rollout-traces'; rollout: Rollout; attempt: Attempt | null; isNested: boolean }
+  | { type: 'rollout-conversation'; rollout: Rollout; attempt: Attempt | null; isNested: boolean }
   | { type: 'trace-detail'; span: Span; rollout: Rollout | null; attempt: Attempt | null }
   | { type: 'worker-detail'; worker: Worker };
 
