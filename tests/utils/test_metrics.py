@@ -689,6 +689,7 @@ def test_public_api_exported() -> None:
         "MultiMetricsBackend",
         "setup_multiprocess_prometheus",
         "get_prometheus_registry",
+        "mount_prometheus",
         "shutdown_metrics",
     }
     for name in metrics.__all__:

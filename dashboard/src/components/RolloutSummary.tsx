@@ -2,7 +2,7 @@
 import { useState } from 'react';
 import { fetchStatusCounts } from '../api/insights';
 import { formatStatusLabel } from '../api/format';
-import { fetchLearningCurve } from '../api/training';
+import { fetchLearningCurve, isUnauthorized } from '../api/training';
 import { ROLLOUT_STATUSES } from '../api/types';
 import { useQuery } from '../hooks/useQuery';
 import { useConfig, useLiveInterval } from '../state/config';
@@ -29,7 +29,9 @@ export function RolloutSummaryPanel() {
         </label>
       </div>
       {q.error && !q.data ? (
-        <div className="error-text">Summary unavailable.</div>
+        <div className="error-text">
+          {isUnauthorized(q.error) ? 'Summary unavailable: the store requires an API token (Settings → API token).' : 'Summary unavailable.'}
+        </div>
       ) : (
         <div className="summary-body">
           <div className="status-counts" data-testid="status-counts">
