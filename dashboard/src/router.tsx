@@ -11,6 +11,8 @@ let current: Location = readLocation(0);
 const listeners = new Set<() => void>();
 
 function readLocation(key: number): Location {
+  // No window when a module importing the router is unit-tested in Node.
+  if (typeof window === 'undefined') return { pathname: '/', search: '', key };
   return { pathname: window.location.pathname, search: window.location.search, key };
 }
 
@@ -19,7 +21,7 @@ function notify(): void {
   listeners.forEach((l) => l());
 }
 
-window.addEventListener('popstate', notify);
+if (typeof window !== 'undefined') window.addEventListener('popstate', notify);
 
 export function navigate(to: string, options: { replace?: boolean } = {}): void {
   if (options.replace) window.history.replaceState(null, '', to);
