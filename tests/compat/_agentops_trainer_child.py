@@ -36,7 +36,9 @@ class ChatAgent(agl.LitAgent[Dict[str, str]]):
 
 @agl.algo
 async def one_round(*, store: agl.LightningStore, train_dataset: Any = None, val_dataset: Any = None) -> None:
-    await store.update_resources("prompts-v1", {"prompt": agl.PromptTemplate(template="Q: {question}", engine="f-string")})
+    await store.update_resources(
+        "prompts-v1", {"prompt": agl.PromptTemplate(template="Q: {question}", engine="f-string")}
+    )
     rollouts = [await store.enqueue_rollout({"question": q}) for q in QUESTIONS]
     ids = [r.rollout_id for r in rollouts]
     deadline = time.monotonic() + 60
