@@ -20,9 +20,7 @@ import pytest
 
 from rollouthub import Span, TracerTraceToTriplet, find_final_reward
 from rollouthub.instrumentation import AGENTOPS_INSTALLED
-from rollouthub.testing import MockOpenAIServer, text_token_ids
-
-from .conftest import store_process
+from rollouthub.testing import MockOpenAIServer, store_process, text_token_ids
 
 pytestmark = pytest.mark.skipif(not AGENTOPS_INSTALLED, reason="needs the optional agentops extra (CI agentops leg)")
 

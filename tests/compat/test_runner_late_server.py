@@ -17,9 +17,8 @@ import pytest
 
 from rollouthub import ClientServerExecutionStrategy, LightningStoreClient, LitAgent, OtelTracer, PromptTemplate
 from rollouthub.runner import LitAgentRunner
+from rollouthub.testing import store_process
 from rollouthub.utils.server_launcher import pick_free_port
-
-from .conftest import store_process
 
 POLL_INTERVAL = 10.0
 """The runner's poll interval: a runner that slept it out after a failed dequeue would miss the bounds below."""
