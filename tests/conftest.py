@@ -14,7 +14,8 @@ REQUIRE_AGENTOPS_ENV = "ROLLOUTHUB_TEST_REQUIRE_AGENTOPS"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse to run the agentops leg without an importable ``agentops``."""
+    """Refuse to run the agentops leg without an importable ``agentops``; keep AgentOps' log file out of the tree."""
+    os.environ.setdefault("AGENTOPS_LOGGING_TO_FILE", "false")  # AgentOps writes ./agentops.log otherwise
     if os.environ.get(REQUIRE_AGENTOPS_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
         return
     try:

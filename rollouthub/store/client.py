@@ -29,7 +29,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import quote
@@ -239,6 +239,12 @@ def _make_http_error(response: aiohttp.ClientResponse, body: bytes) -> Lightning
         server_traceback=server_traceback,
         headers=response.headers,
     )
+
+
+def _repeat_last(delays: Sequence[float]) -> Iterator[float]:
+    """``delays`` in order, then its last value forever."""
+    yield from delays
+    yield from itertools.repeat(delays[-1])
 
 
 def _auth_error_from(exc: aiohttp.ClientResponseError) -> LightningStoreAuthError:
@@ -592,15 +598,14 @@ class LightningStoreClient(LightningStore):
             self._outage_logged = True
             logger.info("Store server at %s is not reachable yet; retrying.", self.server_address_root)
         loop = asyncio.get_running_loop()
-        for index in itertools.count():
-            delay = delays[min(index, len(delays) - 1)]
+        for delay in _repeat_last(delays):
             if loop.time() + delay > deadline or await sleep_unless_abandoned(delay, abandoned):
                 return False
             if await self._probe_health(session):
                 self._outage_logged = False
                 logger.info("Store server at %s is reachable.", self.server_address_root)
                 return True
-        return False  # pragma: no cover - itertools.count() never ends
+        return False  # pragma: no cover - _repeat_last never ends
 
     async def _dequeue_batch(
         self, limit: int, worker_id: Optional[str], wait: Optional[float] = None
