@@ -604,7 +604,9 @@ def _positive_float(value: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags (store.md 15.2 plus server/backend/report options)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from rollouthub.cli import plain_text
+
+    p = argparse.ArgumentParser(description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store-url", default=None, help="Use a running server instead of starting one.")
     p.add_argument(
         "--backend",

@@ -437,7 +437,11 @@ def compare_protocols(backends: Sequence[str], clients: int, ops: int, n_workers
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from rollouthub.cli import plain_text
+
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--backend",
         action="append",

@@ -24,6 +24,7 @@ import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from rollouthub.cli import plain_text  # noqa: E402
 from rollouthub.store.sql import SqlLightningStore  # noqa: E402
 from rollouthub.types import Span  # noqa: E402
 
@@ -96,7 +97,9 @@ async def main_async(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument(
         "--url", default=os.environ.get("ROLLOUTHUB_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

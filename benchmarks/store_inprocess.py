@@ -24,6 +24,7 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable, Dict, List
 
+from rollouthub.cli import plain_text
 from rollouthub.store.base import LightningStore
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.types import Span, TraceStatus
@@ -197,7 +198,9 @@ async def main_async(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", choices=["memory", "sqlite", "postgres"], default="memory")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every workload size")

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from rollouthub.adapter import TraceToMessages
 from rollouthub.algorithm.apo import APO
+from rollouthub.cli import plain_text
 from rollouthub.litagent import rollout
 from rollouthub.trainer import Trainer
 from rollouthub.types import PromptTemplate
@@ -119,7 +120,9 @@ def run(strategy: str = "cs", port: Optional[int] = None) -> tuple[Trainer, APO[
 
 def main() -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--strategy", choices=["cs", "shm"], default="cs")
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args()

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from openai import AsyncOpenAI
 
 from rollouthub.algorithm import algo
+from rollouthub.cli import plain_text
 from rollouthub.emitter import find_final_reward
 from rollouthub.litagent import rollout
 from rollouthub.store.base import LightningStore
@@ -144,7 +145,9 @@ def run(strategy: str = "cs", port: Optional[int] = None) -> Trainer:
 
 def main() -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--strategy", choices=["cs", "shm"], default="cs")
     parser.add_argument("--port", type=int, default=None, help="Store server port (client-server strategy).")
     args = parser.parse_args()

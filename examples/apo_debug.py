@@ -21,6 +21,7 @@ import sys
 from contextlib import ExitStack
 from typing import Any, List, Optional
 
+from rollouthub.cli import plain_text
 from rollouthub.runner import LitAgentRunner
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.tracer import OtelTracer
@@ -82,7 +83,9 @@ def debug_with_trainer(port: Optional[int] = None) -> Trainer:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mode", choices=["runner", "hook", "trainer"], default="runner")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")

@@ -32,6 +32,7 @@ import os
 import sys
 from typing import Any, List, Optional, Sequence
 
+from rollouthub.cli import plain_text
 from rollouthub.emitter import emit_reward, find_final_reward, get_rewards_from_span, operation
 from rollouthub.store import InMemoryLightningStore, LightningStore
 from rollouthub.tracer import AgentOpsTracer, OtelTracer
@@ -198,9 +199,15 @@ async def run(mode: str, *, use_client: bool = False, host: str = "127.0.0.1", p
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("mode", nargs="?", default="otel", choices=["otel", "operation", "agentops"])
-    parser.add_argument("--use-client", action="store_true", help="Talk to a running `rollouthub store` server.")
+    parser.add_argument(
+        "--use-client",
+        action="store_true",
+        help="Talk to a running rollouthub store server (rollouthub store --backend memory).",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)

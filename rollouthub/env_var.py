@@ -18,8 +18,9 @@ __all__ = [
 API_TOKEN_ENV = "ROLLOUTHUB_API_TOKEN"
 """Bearer token shared by the store server (``rollouthub store``), the client and the OTLP exporter."""
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_ACCEPTED_BOOLEANS = ", ".join(_TRUE + _FALSE)
 
 
 class LightningEnvVar(Enum):
@@ -63,7 +64,7 @@ def resolve_bool_env_var(
         return True
     if value in _FALSE:
         return False
-    raise ValueError(f"{name} must be a boolean; accepted values are 1/true/yes/on and 0/false/no/off (got {raw!r})")
+    raise ValueError(f"{name} must be one of {_ACCEPTED_BOOLEANS} (case-insensitive), got {raw!r}")
 
 
 def resolve_int_env_var(

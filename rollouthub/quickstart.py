@@ -392,9 +392,11 @@ def check_llm_endpoint(requested: str, timeout: float = 10.0) -> Tuple[str, str]
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of the quickstart."""
+    from rollouthub.cli import plain_text
+
     parser = argparse.ArgumentParser(
         prog="python -m rollouthub.quickstart",
-        description=__doc__,
+        description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file of the store (default: ./{DEFAULT_DB}).")

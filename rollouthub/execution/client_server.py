@@ -72,7 +72,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if self.role != "both":
                 raise ValueError("main_process='runner' requires role='both'.")
             if n_runners != 1:
-                raise ValueError("main_process='runner' requires n_runners == 1.")
+                raise ValueError("main_process='runner' requires n_runners to be 1.")
         if n_runners < 1:
             raise ValueError("n_runners must be at least 1.")
         self.n_runners = n_runners
@@ -139,8 +139,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if self.managed_store:
                 from rollouthub.store.client import LightningStoreClient
 
+                # No wait for the server here: the runner starts at once, and the client retries on its health-probe
+                # schedule until the server (started by the algorithm side, maybe later) answers.
                 client = LightningStoreClient(f"http://{self.server_host}:{self.server_port}")
-                await _wait_for_server(f"http://{self.server_host}:{self.server_port}/v1/agl/health", event)
                 await runner(client, worker_id, event)
             else:
                 if store is None:
@@ -220,6 +221,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         processes: List[multiprocessing.process.BaseProcess] = []
         error: Optional[BaseException] = None
         interrupted = False
+        if self.role not in ("algorithm", "runner", "both"):  # e.g. assigned after construction
+            raise ValueError(f"Unknown role: {self.role}")
         if self.managed_store:
             logger.info("Executing with %r (pid %d).", self, os.getpid())
         else:
@@ -267,26 +270,6 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 self._check_exit_codes(processes, handling_error=error is not None or interrupted)
         if error is not None:
             raise error
-
-
-async def _wait_for_server(health_url: str, event: ExecutionEvent, timeout: float = 60.0) -> None:
-    """Wait until the store server answers its health check (or the event is set, or ``timeout`` elapses)."""
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
-        while not event.is_set() and time.monotonic() < deadline:
-            try:
-                async with session.get(health_url) as response:
-                    if response.status == 200:
-                        return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass
-            await asyncio.sleep(0.05)
-    if not event.is_set():
-        logger.warning(
-            "Store server at %s is not healthy after %.0fs; starting the runner anyway.", health_url, timeout
-        )
 
 
 def _signal(process: multiprocessing.process.BaseProcess, sig: int) -> None:

@@ -57,7 +57,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
         if main_thread not in ("algorithm", "runner"):
             raise ValueError("main_thread must be 'algorithm' or 'runner'.")
         if main_thread == "runner" and n_runners != 1:
-            raise ValueError("main_thread='runner' requires n_runners == 1; use main_thread='algorithm'.")
+            raise ValueError("main_thread='runner' requires n_runners to be 1; use main_thread='algorithm'.")
         if n_runners < 1:
             raise ValueError("n_runners must be at least 1.")
         self.n_runners = n_runners

@@ -39,6 +39,7 @@ __all__ = [
     "instrument_openai",
     "uninstrument_openai",
     "is_openai_instrumented",
+    "chat_token_id_attributes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,19 @@ def _token_id_attributes(attrs: Dict[str, Any], response: Any, first_choice: Any
             value = _get(logprobs, key)
             if value is not None:
                 attrs[f"logprobs.{key}"] = json.dumps(_jsonable(value), default=str)
+
+
+def chat_token_id_attributes(response: Any) -> Dict[str, Any]:
+    """``prompt_token_ids``, ``response_token_ids`` and ``logprobs.*`` attributes of a chat completion.
+
+    ``with_raw_response`` results are parsed first. Used by the AgentOps patches so that AgentOps' chat spans carry
+    the same token-id attributes as the native instrumentation's.
+    """
+    response = _unwrap_raw(response)
+    attrs: Dict[str, Any] = {}
+    choices = list(_get(response, "choices") or [])
+    _token_id_attributes(attrs, response, choices[0] if choices else None)
+    return attrs
 
 
 def _usage_attributes(attrs: Dict[str, Any], usage: Any) -> None:

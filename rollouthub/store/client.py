@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import json as _json
 import logging
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import quote
@@ -240,6 +241,12 @@ def _make_http_error(response: aiohttp.ClientResponse, body: bytes) -> Lightning
     )
 
 
+def _repeat_last(delays: Sequence[float]) -> Iterator[float]:
+    """``delays`` in order, then its last value forever."""
+    yield from delays
+    yield from itertools.repeat(delays[-1])
+
+
 def _auth_error_from(exc: aiohttp.ClientResponseError) -> LightningStoreAuthError:
     """Upgrade a bare 401 ``ClientResponseError`` (from ``raise_for_status``) to :class:`LightningStoreAuthError`."""
     return LightningStoreAuthError(
@@ -414,6 +421,7 @@ class LightningStoreClient(LightningStore):
         self._headers: Dict[str, str] = {"Authorization": f"Bearer {self.api_token}"} if self.api_token else {}
         self._dequeue_was_successful = False
         self._dequeue_failure_warned = False
+        self._outage_logged = False
         _LIVE_CLIENTS.add(self)
 
     # -- identity, pickling, lifecycle ---------------------------------------------------------------------------------
@@ -558,21 +566,53 @@ class LightningStoreClient(LightningStore):
         if not delays:
             return True
         for index in range(len(delays) + 1):
-            try:
-                async with session.get(self._health_url, timeout=self._health_timeout) as response:
-                    if response.status == 200:
-                        return True
-            except Exception:
-                logger.debug("Health probe of %s failed", self._health_url, exc_info=True)
+            if await self._probe_health(session):
+                return True
             if index < len(delays):
                 await asyncio.sleep(delays[index])
         return False
 
+    async def _probe_health(self, session: aiohttp.ClientSession) -> bool:
+        """One ``GET <server_address>/health``; True on a 200 (failures are swallowed)."""
+        try:
+            async with session.get(self._health_url, timeout=self._health_timeout) as response:
+                return response.status == 200
+        except Exception:
+            logger.debug("Health probe of %s failed", self._health_url, exc_info=True)
+            return False
+
+    async def _wait_for_server_up(self, deadline: float, abandoned: Optional[Callable[[], bool]]) -> bool:
+        """After a failed dequeue: True when the server was down and answers its health check again before
+        ``deadline`` (event-loop time), probing on the ``health_retry_delays`` schedule (its last delay repeated).
+
+        False at once when the server is up (the failure was not an outage: the caller backs off) or probing is
+        disabled; False when ``deadline`` passes or ``abandoned()`` turns true while it is down.
+        """
+        delays = self.health_retry_delays
+        if not delays:
+            return False
+        session = await self._session()
+        if await self._probe_health(session):
+            return False
+        if not self._outage_logged:
+            self._outage_logged = True
+            logger.info("Store server at %s is not reachable yet; retrying.", self.server_address_root)
+        loop = asyncio.get_running_loop()
+        for delay in _repeat_last(delays):
+            if loop.time() + delay > deadline or await sleep_unless_abandoned(delay, abandoned):
+                return False
+            if await self._probe_health(session):
+                self._outage_logged = False
+                logger.info("Store server at %s is reachable.", self.server_address_root)
+                return True
+        return False  # pragma: no cover - _repeat_last never ends
+
     async def _dequeue_batch(
         self, limit: int, worker_id: Optional[str], wait: Optional[float] = None
-    ) -> List[AttemptedRollout]:
-        """Shared dequeue helper (store.md 12.4): one request, no retries; failures mean "nothing available".
-        ``wait``: ask the server to hold the request up to that many seconds for a rollout (rollouthub extension)."""
+    ) -> Optional[List[AttemptedRollout]]:
+        """Shared dequeue helper (store.md 12.4): one request, no retries; ``None`` when the request failed (callers
+        treat it as "nothing available"). ``wait``: ask the server to hold the request up to that many seconds for
+        a rollout (rollouthub extension)."""
         if limit <= 0:
             return []
         payload: Dict[str, Any] = {"limit": limit}
@@ -590,10 +630,10 @@ class LightningStoreClient(LightningStore):
             if exc.status == 401:
                 raise _auth_error_from(exc) from exc
             self._log_dequeue_failure(exc)
-            return []
+            return None
         except Exception as exc:
             self._log_dequeue_failure(exc)
-            return []
+            return None
         self._dequeue_was_successful = True
         return result
 
@@ -679,7 +719,7 @@ class LightningStoreClient(LightningStore):
         self, *, limit: int = 1, worker_id: str | None = None
     ) -> Sequence[AttemptedRollout]:
         """Claim up to ``limit`` queued rollouts; ``[]`` for ``limit <= 0`` (no request) or on any failure."""
-        return await self._dequeue_batch(limit, worker_id)
+        return await self._dequeue_batch(limit, worker_id) or []
 
     async def dequeue_rollout_or_wait(
         self,
@@ -693,7 +733,9 @@ class LightningStoreClient(LightningStore):
 
         A server that answers an empty queue at once (an Agent Lightning server ignores the ``timeout`` field) or a
         failed request makes the client sleep out the rest of ``timeout`` instead (cut short by ``abandoned``), like
-        the reference runner's poll. Failures are never raised (as for every dequeue, store.md 12.4).
+        the reference runner's poll -- except while the server is down (not started yet, restarting): then the
+        client probes its health on the ``health_retry_delays`` schedule and claims as soon as it answers. Failures
+        are never raised (as for every dequeue, store.md 12.4).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
@@ -703,11 +745,12 @@ class LightningStoreClient(LightningStore):
             result = await self._dequeue_batch(1, worker_id, wait=wait if wait > 0 else None)
             if result:
                 return result[0]
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if loop.time() >= deadline:
                 break
-            if loop.time() - started < wait / 2:  # not held by the server: poll like the reference runner
-                await sleep_unless_abandoned(remaining, abandoned)
+            if result is None and await self._wait_for_server_up(deadline, abandoned):
+                continue  # the server was down and answers again: claim at once
+            if result is None or loop.time() - started < wait / 2:  # not held by the server: poll like the reference
+                await sleep_unless_abandoned(deadline - loop.time(), abandoned)
                 break
         return None
 

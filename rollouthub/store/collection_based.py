@@ -1513,7 +1513,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
     @tracked("_find_and_update_unhealthy_rollouts")
     async def _find_and_update_unhealthy_rollouts(self) -> None:
         async with self._read("rollouts", "attempts") as c:
-            candidates = scan_unhealthy_rollouts(await self._unlocked_get_running_rollouts(c))
+            candidates = await scan_unhealthy_rollouts(await self._unlocked_get_running_rollouts(c))
         if not candidates:
             return
 
@@ -1524,7 +1524,7 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             fresh = await self._unlocked_many_rollouts_to_attempted_rollouts(
                 c, [r for r in rollouts.values() if r.status in ROLLOUT_RUNNING_STATUSES]
             )
-            confirmed = scan_unhealthy_rollouts([r for r in fresh if isinstance(r, AttemptedRollout)])
+            confirmed = await scan_unhealthy_rollouts([r for r in fresh if isinstance(r, AttemptedRollout)])
             for (rollout_id, attempt_id), new_status in confirmed.items():
                 attempt, rollout = await self._unlocked_update_attempt_and_rollout(
                     c, rollout_id, attempt_id, {"status": new_status}

@@ -17,6 +17,7 @@ __all__ = [
     "rollout_status_from_attempt",
     "derive_rollout_status",
     "scan_unhealthy_rollouts",
+    "find_unhealthy_attempts",
     "ROLLOUT_TERMINAL_STATUSES",
     "ROLLOUT_QUEUING_STATUSES",
     "ROLLOUT_RUNNING_STATUSES",
@@ -82,7 +83,16 @@ def heartbeat_promotes_rollout(status: RolloutStatus) -> bool:
     return status in ("preparing", "requeuing")
 
 
-def scan_unhealthy_rollouts(
+async def scan_unhealthy_rollouts(rollouts: Sequence[AttemptedRollout]) -> Dict[Tuple[str, str], AttemptStatus]:
+    """Watchdog scan (store.md 4.6 step 4): ``(rollout_id, attempt_id) -> "timeout" | "unresponsive"``.
+
+    A coroutine function, as in the reference (``await scan_unhealthy_rollouts(rollouts)``); it performs no I/O and
+    reads ``time.time()`` once. The rules are :func:`find_unhealthy_attempts`.
+    """
+    return find_unhealthy_attempts(rollouts)
+
+
+def find_unhealthy_attempts(
     rollouts: Sequence[AttemptedRollout], now: Optional[float] = None
 ) -> Dict[Tuple[str, str], AttemptStatus]:
     """Find latest attempts that ran too long (``timeout``) or went silent (``unresponsive``).

@@ -1,7 +1,18 @@
-"""Public test utilities: a deterministic OpenAI-compatible mock server (runtime spec 18.2)."""
+"""Public test utilities: a deterministic OpenAI-compatible mock server (runtime spec 18.2) and a real
+``rollouthub store`` subprocess for integration tests."""
 
 from __future__ import annotations
 
 from .mock_openai import MockOpenAIServer, MockReply, ReplySpec, last_user_message, prompt_text, text_token_ids
+from .store_process import store_is_healthy, store_process
 
-__all__ = ["MockOpenAIServer", "MockReply", "ReplySpec", "last_user_message", "prompt_text", "text_token_ids"]
+__all__ = [
+    "MockOpenAIServer",
+    "MockReply",
+    "ReplySpec",
+    "last_user_message",
+    "prompt_text",
+    "text_token_ids",
+    "store_process",
+    "store_is_healthy",
+]

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from .base import with_active_tracer_context
 from .otel import LightningSpanProcessor, OtelTracer, get_span_processors_of
+from .otlp_export import StoreOTLPSpanProcessor
 
 if TYPE_CHECKING:
     from rollouthub.store.base import LightningStore
@@ -108,6 +109,10 @@ class AgentOpsTracer(OtelTracer):
         else:
             processor = LightningSpanProcessor()
             provider.add_span_processor(processor)
+        if not any(isinstance(p, StoreOTLPSpanProcessor) for p in get_span_processors_of(provider)):
+            # The native OTLP path to the store: ours, whatever AgentOps' own exporter is (it is kept local and
+            # drops its batches, see rollouthub.instrumentation.agentops) and whenever AgentOps was initialised.
+            self._add_otlp_processor(provider)
         self._lightning_span_processor = processor
         self._tracer_provider = provider
 

@@ -7,6 +7,7 @@ hard dependency on the SDK.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Protocol, Sequence, Union
@@ -67,6 +68,9 @@ def _json_safe(value: Any) -> Any:
 def _extra_fields(src: Any, exclude: set[str], model_cls: type) -> Dict[str, Any]:
     """Copy JSON-serialisable public attributes of ``src`` that are not mapped and not class-level attributes."""
     extras: Dict[str, Any] = {}
+    mock = sys.modules.get("unittest.mock")  # a mock's bookkeeping (_mock_*, method_calls, ...) is not span data
+    if mock is not None and isinstance(src, mock.NonCallableMock):
+        return extras
     try:
         names = vars(src)
     except TypeError:
@@ -240,8 +244,13 @@ class Span(BaseModel):
 
     @classmethod
     def from_opentelemetry(cls, src: ReadableSpan, rollout_id: str, attempt_id: str, sequence_id: int) -> Span:
-        """Convert an OpenTelemetry SDK ``ReadableSpan`` bound to a rollout attempt."""
-        ctx = src.context
+        """Convert an OpenTelemetry SDK ``ReadableSpan`` bound to a rollout attempt.
+
+        Only the public span API is read (``get_span_context()``, ``parent``, ``name``, ``status``, ...), so
+        duck-typed spans and mocks convert too; a missing span context gives all-zero ids and ``context=None``.
+        """
+        get_span_context = getattr(src, "get_span_context", None)
+        ctx = get_span_context() if callable(get_span_context) else getattr(src, "context", None)
         parent = src.parent
         extras = _extra_fields(src, _SPAN_MAPPED, cls)
         return cls(

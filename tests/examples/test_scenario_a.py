@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from typing import Any, Iterator
 
 import pytest
-import requests
 
+from rollouthub.testing import store_process
 from rollouthub.tracer import clear_active_tracer, get_active_tracer
+from rollouthub.utils.server_launcher import pick_free_port
 
 from .conftest import EXAMPLES_DIR, load_example
 
@@ -26,48 +25,12 @@ def example() -> Any:
     return load_example("write_traces")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def store_server() -> Iterator[int]:
     """A live ``rollouthub store --backend memory`` subprocess on a free loopback port."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("ROLLOUTHUB_API_TOKEN", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollouthub.cli", "store", "--backend", "memory", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--log-level", "WARNING"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"rollouthub store exited early: {proc.stderr.read().decode() if proc.stderr else ''}"
-                )
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/v1/agl/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("rollouthub store did not become healthy in time")
-            time.sleep(0.1)
+    port = pick_free_port()
+    with store_process(port):
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait(5)
 
 
 async def test_otel_mode_in_process(example: Any) -> None:

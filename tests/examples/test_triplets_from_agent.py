@@ -7,16 +7,10 @@ adapter turns the stored spans into triplets carrying the prompts, responses, to
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from typing import Any, Dict, Iterator, List
 
 import openai
 import pytest
-import requests
 
 from rollouthub.adapter import TracerTraceToTriplet
 from rollouthub.emitter import emit_reward, find_final_reward
@@ -24,7 +18,7 @@ from rollouthub.instrumentation import instrument_openai, uninstrument_openai
 from rollouthub.litagent import rollout
 from rollouthub.runner import LitAgentRunner
 from rollouthub.store import InMemoryLightningStore
-from rollouthub.testing import MockOpenAIServer, last_user_message, text_token_ids
+from rollouthub.testing import MockOpenAIServer, last_user_message, store_process, text_token_ids
 from rollouthub.tracer import AgentOpsTracer, OtelTracer, Tracer, clear_active_tracer, get_active_tracer
 from rollouthub.types import LLM
 
@@ -70,41 +64,10 @@ def _clean_active_tracer() -> Iterator[None]:
     yield
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def store_server_url() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollouthub.cli", "store", "--backend", "memory", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--log-level", "WARNING"],
-        env={k: v for k, v in os.environ.items() if k != "ROLLOUTHUB_API_TOKEN"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            assert proc.poll() is None, "rollouthub store exited early"
-            try:
-                if requests.get(url + "/v1/agl/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "rollouthub store did not become healthy"
-            time.sleep(0.1)
+    with store_process() as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
 
 
 def _make_tracer(kind: str) -> Tracer:

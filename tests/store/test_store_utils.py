@@ -187,14 +187,14 @@ def _running_rollout(
     )
 
 
-def test_scan_unhealthy_rollouts_empty() -> None:
-    assert scan_unhealthy_rollouts([]) == {}
+async def test_scan_unhealthy_rollouts_empty() -> None:
+    assert await scan_unhealthy_rollouts([]) == {}
 
 
-def test_scan_unhealthy_rollouts_only_expired_timeout() -> None:
+async def test_scan_unhealthy_rollouts_only_expired_timeout() -> None:
     first = _running_rollout("ro-a", started_ago=2.0, timeout_seconds=1.0)
     second = _running_rollout("ro-b", started_ago=2.0, timeout_seconds=10.0)
-    assert scan_unhealthy_rollouts([first, second]) == {("ro-a", "at-ro-a"): "timeout"}
+    assert await scan_unhealthy_rollouts([first, second]) == {("ro-a", "at-ro-a"): "timeout"}
 
 
 @pytest.mark.parametrize(
@@ -208,36 +208,36 @@ def test_scan_unhealthy_rollouts_only_expired_timeout() -> None:
         (10.0, 10.0, None),
     ],
 )
-def test_scan_unhealthy_config_matrix_without_heartbeat(
+async def test_scan_unhealthy_config_matrix_without_heartbeat(
     timeout_seconds: float | None, unresponsive_seconds: float | None, expected: str | None
 ) -> None:
     rollout = _running_rollout(
         "ro-m", started_ago=1.5, timeout_seconds=timeout_seconds, unresponsive_seconds=unresponsive_seconds
     )
-    result = scan_unhealthy_rollouts([rollout])
+    result = await scan_unhealthy_rollouts([rollout])
     if expected is None:
         assert result == {}
     else:
         assert result == {("ro-m", "at-ro-m"): expected}
 
 
-def test_scan_unhealthy_uses_heartbeat_when_present() -> None:
+async def test_scan_unhealthy_uses_heartbeat_when_present() -> None:
     healthy = _running_rollout("ro-h", started_ago=5.0, heartbeat_ago=0.5, unresponsive_seconds=1.0)
     silent = _running_rollout("ro-s", started_ago=5.0, heartbeat_ago=2.0, unresponsive_seconds=1.0)
-    assert scan_unhealthy_rollouts([healthy, silent]) == {("ro-s", "at-ro-s"): "unresponsive"}
+    assert await scan_unhealthy_rollouts([healthy, silent]) == {("ro-s", "at-ro-s"): "unresponsive"}
 
 
-def test_scan_unhealthy_timeout_wins_over_unresponsive_with_heartbeat() -> None:
+async def test_scan_unhealthy_timeout_wins_over_unresponsive_with_heartbeat() -> None:
     rollout = _running_rollout(
         "ro-t", started_ago=5.0, heartbeat_ago=3.0, timeout_seconds=4.0, unresponsive_seconds=1.0
     )
-    assert scan_unhealthy_rollouts([rollout]) == {("ro-t", "at-ro-t"): "timeout"}
+    assert await scan_unhealthy_rollouts([rollout]) == {("ro-t", "at-ro-t"): "timeout"}
 
 
-def test_scan_unhealthy_skips_rollout_without_attempt() -> None:
+async def test_scan_unhealthy_skips_rollout_without_attempt() -> None:
     broken = _running_rollout("ro-x", started_ago=5.0, timeout_seconds=1.0).model_copy(update={"attempt": None})
     expired = _running_rollout("ro-y", started_ago=5.0, timeout_seconds=1.0)
-    assert scan_unhealthy_rollouts([broken, expired]) == {("ro-y", "at-ro-y"): "timeout"}
+    assert await scan_unhealthy_rollouts([broken, expired]) == {("ro-y", "at-ro-y"): "timeout"}
 
 
 def test_attempted_rollout_rejects_inconsistent_rollout_id() -> None:

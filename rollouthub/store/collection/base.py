@@ -329,17 +329,12 @@ def tracked(operation: str) -> Callable[[F], F]:
     """Decorate a primitive's async method so it is measured as ``operation`` (free when no tracker is set)."""
 
     def decorator(func: F) -> F:
-        async def measured(self: TrackedCollection, *args: Any, **kwargs: Any) -> Any:
+        @functools.wraps(func)
+        async def wrapper(self: TrackedCollection, *args: Any, **kwargs: Any) -> Any:
+            if self._tracker is None:
+                return await func(self, *args, **kwargs)
             async with self.tracking_context(operation, self.collection_name):
                 return await func(self, *args, **kwargs)
-
-        # A plain function returning the coroutine: without a tracker the primitive costs no extra frame (these
-        # run several times per store call). Awaiting the result is all callers do.
-        @functools.wraps(func)
-        def wrapper(self: TrackedCollection, *args: Any, **kwargs: Any) -> Any:
-            if self._tracker is None:
-                return func(self, *args, **kwargs)
-            return measured(self, *args, **kwargs)
 
         return cast(F, wrapper)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+import types
 import uuid
 import weakref
 from collections import deque
@@ -149,7 +150,7 @@ def _item_matches_filters(
 def _zero_for_annotation(annotation: Any) -> Any:
     """A type-appropriate zero used in place of ``None`` when sorting (store.md 5.4)."""
     origin = get_origin(annotation)
-    if origin is Union:
+    if origin is Union or origin is types.UnionType:  # Optional[int] and int | None alike
         for arg in get_args(annotation):
             if arg is type(None):
                 continue
