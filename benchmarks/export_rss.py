@@ -28,6 +28,8 @@ import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from rollouthub.cli import plain_text  # noqa: E402
+
 BATCH = 500
 INPUTS = 2000
 TARGET_MIB = 200.0
@@ -199,7 +201,9 @@ def run_server_export(database: str, kind: str, output: str) -> Dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rollouts", type=int, default=20_000)
     parser.add_argument("--db", default=None, help="SQLite file (filled when missing; default: a temporary file)")
     parser.add_argument("--keep", action="store_true", help="Keep the database")
