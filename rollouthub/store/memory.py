@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from rollouthub.types import AttemptedRollout, PaginatedResult, ResourcesUpdate, Rollout, SortOptions, Span
 from rollouthub.utils.metrics import MetricsBackend
 
-from .base import UNSET, LightningStoreCapabilities, LightningStoreStatistics, Unset
+from .base import UNSET, LightningStoreCapabilities, LightningStoreStatistics, SpansEvictedError, Unset
 from .collection.memory import InMemoryLightningCollections
 from .collection_based import CollectionBasedLightningStore, tracked
 from .utils import ROLLOUT_RUNNING_STATUSES
@@ -238,5 +238,5 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         self, rollout_id: str, filters: Any, sort: Optional[SortOptions], limit: int, offset: int
     ) -> PaginatedResult[Span]:
         if rollout_id in self._evicted_rollout_ids:
-            raise RuntimeError(f"Spans for rollout {rollout_id} have been evicted")
+            raise SpansEvictedError(rollout_id)
         return await super()._query_spans_unit(rollout_id, filters, sort, limit, offset)

@@ -1,28 +1,38 @@
 """OTLP/HTTP trace ingestion for the store server and the client-side exporter (store.md 11.7).
 
 Server side: :func:`handle_otlp_export` accepts ``application/x-protobuf`` (primary, as the reference) and -- an
-extension -- OTLP JSON (``application/json``, hex trace/span ids as in the OTLP specification). Bodies may be gzip
-compressed. Every malformed payload is answered with HTTP 400 and a ``google.rpc.Status`` body (protobuf or JSON,
-following the request's content type) naming the problem; it never turns into a 500.
+extension -- OTLP JSON (``application/json``, hex trace/span ids as in the OTLP specification). Bodies may be
+compressed (``Content-Encoding: gzip`` or ``deflate``); they are inflated incrementally and never beyond the server's
+body limit (:func:`inflate`: 413 above it, 415 for another encoding), in slices that let the event loop serve other
+requests in between. Every malformed payload is answered with HTTP 400 and a ``google.rpc.Status`` body (protobuf or
+JSON, following the request's content type) naming the problem; it never turns into a 500. Spans must lie in the store's
+input domains (:mod:`rollouthub.store.domains`: no NUL characters or lone surrogates in any text, bounded JSON nesting).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
 import logging
 import zlib
-from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from rollouthub.semconv import LightningResourceAttributes
+from rollouthub.store.domains import MAX_SEQUENCE_ID, find_problem
 from rollouthub.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus, convert_timestamp
 
 __all__ = [
     "PROTOBUF_CT",
     "JSON_CT",
     "OTLPPayloadError",
+    "OTLPPayloadTooLarge",
+    "OTLPUnsupportedEncoding",
     "OTLPExportResult",
+    "INFLATE_SLICE_BYTES",
+    "inflate",
+    "inflate_async",
     "export_otlp",
     "handle_otlp_export",
     "parse_otlp_traces",
@@ -49,7 +59,92 @@ AssigningSpanSink = Callable[[Sequence[Span], Sequence[bool]], Awaitable[Any]]
 
 
 class OTLPPayloadError(ValueError):
-    """The OTLP request could not be decoded (bad gzip, bad protobuf, bad JSON)."""
+    """The OTLP request could not be decoded (bad gzip, bad protobuf, bad JSON) or holds values outside the store's
+    input domains (answered with 400)."""
+
+
+class OTLPPayloadTooLarge(OTLPPayloadError):
+    """The decompressed body is larger than the server's body limit (answered with 413)."""
+
+
+class OTLPUnsupportedEncoding(OTLPPayloadError):
+    """The ``Content-Encoding`` is not one the server inflates (answered with 415)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bounded decompression
+# ---------------------------------------------------------------------------------------------------------------------
+
+INFLATE_SLICE_BYTES = 1 << 20
+"""Output produced per inflate step; :func:`inflate_async` lets the event loop run between steps."""
+
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+"""zlib window bits per accepted ``Content-Encoding`` (gzip container; zlib container for ``deflate``)."""
+
+SUPPORTED_ENCODINGS = ("gzip", "deflate", "identity")
+
+
+def _inflate_steps(body: bytes, content_encoding: Optional[str], limit: int) -> Iterator[bytes]:
+    """Inflate ``body`` in slices of at most :data:`INFLATE_SLICE_BYTES`, never producing more than ``limit`` bytes
+    (``<= 0``: no limit); concatenated gzip members are inflated one after the other."""
+    coding = (content_encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        if 0 < limit < len(body):
+            raise OTLPPayloadTooLarge(f"Request body too large (limit {limit} bytes)")
+        yield body
+        return
+    wbits = _WBITS.get(coding)
+    if wbits is None:
+        raise OTLPUnsupportedEncoding(
+            f"Unsupported Content-Encoding '{content_encoding}', expected one of: {', '.join(SUPPORTED_ENCODINGS)}"
+        )
+    produced = 0
+    data = body
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        pending = data
+        while True:
+            step = INFLATE_SLICE_BYTES if limit <= 0 else min(INFLATE_SLICE_BYTES, limit - produced + 1)
+            try:
+                chunk = inflater.decompress(pending, step)
+            except zlib.error as exc:
+                raise OTLPPayloadError(f"Unable to decompress {coding} OTLP traces payload: {exc}") from exc
+            produced += len(chunk)
+            if 0 < limit < produced:
+                raise OTLPPayloadTooLarge(f"Request body too large after {coding} decompression (limit {limit} bytes)")
+            if chunk:
+                yield chunk
+            pending = inflater.unconsumed_tail
+            if inflater.eof or not pending:
+                break
+        if not inflater.eof:
+            if not data:
+                return  # an empty body is an empty payload
+            raise OTLPPayloadError(f"Unable to decompress {coding} OTLP traces payload: the stream is truncated")
+        data = inflater.unused_data
+        if wbits != 31 or not data:
+            return
+
+
+def inflate(body: bytes, content_encoding: Optional[str], limit: int = 0) -> bytes:
+    """``body`` decoded according to ``content_encoding`` (``gzip``, ``deflate``, ``identity`` or none).
+
+    Raises :class:`OTLPPayloadTooLarge` as soon as the output would exceed ``limit`` bytes (``<= 0``: no limit), so a
+    compression bomb costs at most ``limit`` bytes of memory and the time to produce them;
+    :class:`OTLPUnsupportedEncoding` for another encoding, :class:`OTLPPayloadError` for a corrupt stream.
+    """
+    return b"".join(_inflate_steps(body, content_encoding, limit))
+
+
+async def inflate_async(body: bytes, content_encoding: Optional[str], limit: int = 0) -> bytes:
+    """:func:`inflate` that yields to the event loop between slices (one slice inflates at most
+    :data:`INFLATE_SLICE_BYTES`, about a millisecond), so other requests are served during a large inflate."""
+    chunks: List[bytes] = []
+    for chunk in _inflate_steps(body, content_encoding, limit):
+        if chunks:
+            await asyncio.sleep(0)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -83,18 +178,20 @@ def _hex_ids_to_base64(value: Any) -> Any:
     return value
 
 
-def parse_otlp_traces(body: bytes, content_type: str = PROTOBUF_CT, content_encoding: Optional[str] = None) -> Any:
+def parse_otlp_traces(
+    body: bytes, content_type: str = PROTOBUF_CT, content_encoding: Optional[str] = None, limit: int = 0
+) -> Any:
     """Decode an OTLP traces request body into an ``ExportTraceServiceRequest``.
 
-    Raises :class:`OTLPPayloadError` with a descriptive message when the body cannot be decoded.
+    ``body`` is inflated first when ``content_encoding`` says so (never beyond ``limit`` bytes, see :func:`inflate`).
+    Raises :class:`OTLPPayloadError` (or a subclass) with a descriptive message when the body cannot be decoded, or
+    an OTLP JSON body holds a value outside the store's input domains (NUL, lone surrogate, non-finite number, nesting
+    deeper than ``MAX_JSON_DEPTH``).
     """
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    if content_encoding and content_encoding.strip().lower() == "gzip":
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise OTLPPayloadError(f"Unable to decompress gzip OTLP traces payload: {exc}") from exc
+    if content_encoding:
+        body = inflate(body, content_encoding, limit)
     message = ExportTraceServiceRequest()
     if not body:
         return message
@@ -103,10 +200,17 @@ def parse_otlp_traces(body: bytes, content_type: str = PROTOBUF_CT, content_enco
 
         try:
             data = json.loads(body)
+        except RecursionError as exc:
+            raise OTLPPayloadError(
+                "Unable to parse OTLP traces payload: the JSON exceeds the maximum nesting depth"
+            ) from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise OTLPPayloadError(f"Unable to parse OTLP traces payload: invalid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise OTLPPayloadError("Unable to parse OTLP traces payload: the JSON body must be an object")
+        problem = find_problem(data)
+        if problem is not None:
+            raise OTLPPayloadError(f"Invalid OTLP traces payload: {problem[0]}: {problem[1]}")
         try:
             json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
@@ -193,6 +297,9 @@ def _parse_sequence_id(value: Any) -> Optional[int]:
     if parsed < 0:
         logger.error("Ignoring negative span sequence id %r in OTLP payload", value)
         return None
+    if parsed > MAX_SEQUENCE_ID:
+        logger.error("Ignoring span sequence id %r above %d in OTLP payload", value, MAX_SEQUENCE_ID)
+        return None
     return parsed
 
 
@@ -200,8 +307,10 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
     """Convert an ``ExportTraceServiceRequest`` into store spans and, per span, whether it still needs a sequence id.
 
     Spans without a rollout or attempt id are skipped. A span without a valid ``agentlightning.span_sequence_id``
-    attribute carries the placeholder ``sequence_id=0`` and the flag ``True``: the caller allocates its id (see
-    :func:`spans_from_proto`, or ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit).
+    attribute (not an integer, negative, or above ``MAX_SEQUENCE_ID``) carries the placeholder ``sequence_id=0`` and
+    the flag ``True``: the caller allocates its id (see :func:`spans_from_proto`, or
+    ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit). A span holding a value outside
+    the store's input domains (e.g. a NUL character in its name or an attribute) raises :class:`OTLPPayloadError`.
     """
     spans: List[Span] = []
     missing: List[bool] = []
@@ -274,6 +383,9 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
                         }
                     )
                 )
+                problem = find_problem(spans[-1])
+                if problem is not None:
+                    raise OTLPPayloadError(f"Invalid OTLP span {span.name!r}: {problem[0]}: {problem[1]}")
                 missing.append(sequence_id is None)
     return spans, missing
 
@@ -304,12 +416,13 @@ async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulk
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _status_body(message: str, as_json: bool) -> bytes:
+def _status_body(message: str, as_json: bool, code: int = 3) -> bytes:
+    """A ``google.rpc.Status`` (``code`` 3: INVALID_ARGUMENT, 8: RESOURCE_EXHAUSTED) as protobuf or JSON."""
     if as_json:
-        return json.dumps({"code": 3, "message": message}).encode()
+        return json.dumps({"code": code, "message": message}).encode()
     from google.rpc.status_pb2 import Status
 
-    return bytes(Status(code=3, message=message).SerializeToString())
+    return bytes(Status(code=code, message=message).SerializeToString())
 
 
 class OTLPExportResult(NamedTuple):
@@ -346,6 +459,20 @@ def _empty_proto_response() -> bytes:
     return _EMPTY_PROTO_RESPONSE
 
 
+OFFLOAD_BYTES = 1 << 20
+"""Decoded bodies at least this large are parsed and converted to spans in a worker thread, so that the event loop
+keeps serving other requests meanwhile."""
+
+
+def _decode_request(body: bytes, content_type: str, convert: bool) -> Tuple[Any, List[Span], List[bool]]:
+    """Parse a decoded body; with ``convert``, also turn it into spans and their needs-an-id flags."""
+    parsed = parse_otlp_traces(body, content_type)
+    if not convert:
+        return parsed, [], []
+    spans, missing = decode_spans(parsed)
+    return parsed, spans, missing
+
+
 async def export_otlp(
     content_type: Optional[str],
     content_encoding: Optional[str],
@@ -355,13 +482,15 @@ async def export_otlp(
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
     *,
     add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
+    max_body_bytes: int = 0,
 ) -> OTLPExportResult:
     """Handle an OTLP/HTTP traces export independently of the web framework (store.md 11.7).
 
     ``content_type``/``content_encoding``/``accept_encoding`` are the raw request header values (``None`` when
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
-    ``ExportTraceServiceResponse``, or 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
-    body or spans the store rejects. Exceptions of ``read_body`` and unexpected store errors propagate.
+    ``ExportTraceServiceResponse``; 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
+    body or spans the store rejects; 413 when the body inflates beyond ``max_body_bytes`` (``<= 0``: no limit); 415
+    for an unsupported ``Content-Encoding``. Exceptions of ``read_body`` and unexpected store errors propagate.
 
     Spans without a sequence id get one from ``sequence_id_bulk_issuer`` before ``add_many_spans`` stores them; when
     ``add_many_spans_assigning_ids`` (``LightningStore.add_many_spans_assigning_ids``) is given, it stores the spans
@@ -376,12 +505,20 @@ async def export_otlp(
     media_type = JSON_CT if as_json else PROTOBUF_CT
     body = await read_body()
     missing: List[bool] = []
+    convert = add_many_spans_assigning_ids is not None
     try:
-        parsed = parse_otlp_traces(body, ct, content_encoding)
-        if add_many_spans_assigning_ids is not None:
-            spans, missing = decode_spans(parsed)
+        if content_encoding:
+            body = await inflate_async(body, content_encoding, max_body_bytes)
+        if len(body) >= OFFLOAD_BYTES:
+            parsed, spans, missing = await asyncio.to_thread(_decode_request, body, ct, convert)
         else:
+            parsed, spans, missing = _decode_request(body, ct, convert)
+        if not convert:
             spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
+    except OTLPPayloadTooLarge as exc:
+        return _result(_status_body(str(exc), as_json, code=8), 413, media_type, gzip_it)
+    except OTLPUnsupportedEncoding as exc:
+        return _result(_status_body(str(exc), as_json), 415, media_type, gzip_it)
     except OTLPPayloadError as exc:
         return _result(_status_body(str(exc), as_json), 400, media_type, gzip_it)
     except (ValueError, TypeError) as exc:  # includes pydantic.ValidationError
@@ -417,6 +554,7 @@ async def handle_otlp_export(
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
     *,
     add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
+    max_body_bytes: int = 0,
 ) -> Any:
     """Handle ``POST /v1/traces`` for a Starlette ``request`` (see :func:`export_otlp`); returns a Starlette response."""
     from starlette.responses import Response
@@ -430,6 +568,7 @@ async def handle_otlp_export(
         add_many_spans,
         sequence_id_bulk_issuer,
         add_many_spans_assigning_ids=add_many_spans_assigning_ids,
+        max_body_bytes=max_body_bytes,
     )
     extra = {"Content-Encoding": "gzip"} if result.gzipped else {}
     return Response(content=result.body, status_code=result.status_code, media_type=result.media_type, headers=extra)
