@@ -390,6 +390,11 @@ class LightningStoreServer(LightningStore):
         return self._api_token
 
     @property
+    def max_body_bytes(self) -> int:
+        """The request body limit in bytes (after decompression for compressed OTLP bodies); 413 above it."""
+        return self._max_body_bytes
+
+    @property
     def dashboard_enabled(self) -> bool:
         """Whether a dashboard bundle was found and is served at ``/``."""
         return bool(self.app is not None and getattr(self.app.state, "dashboard_enabled", False))

@@ -16,6 +16,7 @@ import base64
 import gzip
 import json
 import logging
+import weakref
 import zlib
 from typing import Any, Awaitable, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -136,15 +137,35 @@ def inflate(body: bytes, content_encoding: Optional[str], limit: int = 0) -> byt
     return b"".join(_inflate_steps(body, content_encoding, limit))
 
 
+_LARGE_INFLATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _large_inflate_lock() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    lock = _LARGE_INFLATES.get(loop)
+    if lock is None:
+        lock = _LARGE_INFLATES[loop] = asyncio.Lock()
+    return lock
+
+
 async def inflate_async(body: bytes, content_encoding: Optional[str], limit: int = 0) -> bytes:
     """:func:`inflate` that yields to the event loop between slices (one slice inflates at most
-    :data:`INFLATE_SLICE_BYTES`, about a millisecond), so other requests are served during a large inflate."""
-    chunks: List[bytes] = []
-    for chunk in _inflate_steps(body, content_encoding, limit):
-        if chunks:
+    :data:`INFLATE_SLICE_BYTES`, about a millisecond), so other requests are served during a large inflate.
+
+    Bodies that inflate beyond one slice take turns (one at a time per event loop): concurrent compression bombs then
+    hold the memory of one body limit, not of one per request."""
+    steps = _inflate_steps(body, content_encoding, limit)
+    first = next(steps, b"")
+    second = next(steps, None)
+    if second is None:
+        return first
+    chunks = [first, second]
+    del first, second
+    async with _large_inflate_lock():
+        for chunk in steps:
             await asyncio.sleep(0)
-        chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -154,11 +154,23 @@ def legit_span(
 
 
 @asynccontextmanager
+async def _given(store: Any) -> AsyncIterator[Any]:
+    yield store
+
+
+@asynccontextmanager
 async def live_server(
-    backend: str, *, launch_mode: str = "asyncio", store_kwargs: Dict[str, Any] | None = None, **server_kwargs: Any
+    backend: str,
+    *,
+    launch_mode: str = "asyncio",
+    store_kwargs: Dict[str, Any] | None = None,
+    store_override: Any = None,
+    **server_kwargs: Any,
 ) -> AsyncIterator[Live]:
-    """Serve a fresh, seeded store of ``backend`` on a free port (``launch_mode="thread"``: its own event loop)."""
-    async with make_store(backend, **(store_kwargs or {})) as store:
+    """Serve a fresh, seeded store of ``backend`` (or ``store_override``) on a free port (``launch_mode="thread"``: its
+    own event loop)."""
+    stores = _given(store_override) if store_override is not None else make_store(backend, **(store_kwargs or {}))
+    async with stores as store:
         server = LightningStoreServer(
             store, host="127.0.0.1", port=pick_free_port(), launch_mode=launch_mode, **server_kwargs
         )
