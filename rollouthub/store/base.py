@@ -228,6 +228,7 @@ class LightningStoreStatistics(TypedDict, total=False):
     eviction_threshold_bytes: int
     safe_threshold_bytes: int
     memory_capacity_bytes: int
+    memory_limit_bytes: int  # rollouthub extension: the in-memory store's ``memory_limit``, when one is set
 
 
 def is_queuing(rollout: Rollout) -> bool:
