@@ -24,7 +24,7 @@ the OTLP decoder, a client building a request -- rejects the same values with th
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from pydantic import BaseModel
 
@@ -124,7 +124,83 @@ def _number_problem(value: Any) -> Optional[str]:
 
 
 _SCALARS = (bool, type(None))
+_isfinite = math.isfinite
 _TOO_DEEP = f"exceeds the maximum nesting depth of {MAX_JSON_DEPTH} levels of objects and arrays"
+
+
+_MODEL_TYPES: Set[type] = set()
+"""Pydantic model classes met so far (``isinstance`` against ``BaseModel`` goes through ``ABCMeta``: slow)."""
+
+
+def _is_model_type(kind: type) -> bool:
+    if kind in _MODEL_TYPES:
+        return True
+    if issubclass(kind, BaseModel):
+        _MODEL_TYPES.add(kind)
+        return True
+    return False
+
+
+def _bad_text(text: str) -> bool:
+    return _NUL in text or _has_surrogate(text)
+
+
+def _suspect(value: Any, depth: int) -> bool:
+    """Fast pass of :func:`find_problem`: ``False`` guarantees that ``value`` lies in the domains; ``True`` means it
+    may not (then :func:`_locate` finds out, and names the field). No paths are built: this runs on every request."""
+    stack: List[Tuple[Any, int]] = [((value,), depth - 1)]  # wrapped: the loop checks the items of containers
+    pop, push = stack.pop, stack.append
+    models = _MODEL_TYPES
+    while stack:
+        node, level = pop()
+        if level > MAX_JSON_DEPTH:
+            return True
+        kind = type(node)
+        values: Any
+        if kind is dict:
+            try:  # all keys are text (JSON objects): check them at once
+                keys = "".join(node)
+            except TypeError:
+                return True  # a non-text key: let the slow pass decide
+            if (_NUL in keys or not keys.isascii()) and _bad_text(keys):
+                return True
+            values = node.values()
+            try:  # the common case of text values (span attributes): one check for all of them
+                texts = "".join(values)
+            except TypeError:
+                pass
+            else:
+                if (_NUL in texts or not texts.isascii()) and _bad_text(texts):
+                    return True
+                continue
+        elif kind is list or kind is tuple:
+            values = node
+        elif kind in models or _is_model_type(kind):
+            values = node.__dict__.values()
+            extra = node.__pydantic_extra__
+            if extra:
+                push((extra, level))  # extra fields sit at the level of the declared ones
+        else:
+            return True  # a container subclass: let the slow pass decide
+        child = level + 1
+        for item in values:
+            kind = type(item)
+            if kind is str:
+                if (_NUL in item or not item.isascii()) and _bad_text(item):
+                    return True
+            elif kind is int:
+                if not INT64_MIN <= item <= INT64_MAX:
+                    return True
+            elif kind is float:
+                if not _isfinite(item):
+                    return True
+            elif item is None or kind is bool:
+                continue
+            elif kind is dict or kind is list or kind is tuple or kind in models or _is_model_type(kind):
+                push((item, child))
+            else:
+                return True  # a str/int/float/dict subclass or another type: let the slow pass decide
+    return False
 
 
 def find_problem(value: Any, path: str = "", depth: int = 1) -> Optional[Tuple[str, str]]:
@@ -132,8 +208,16 @@ def find_problem(value: Any, path: str = "", depth: int = 1) -> Optional[Tuple[s
 
     Walks pydantic models (declared fields and extra fields), mappings (keys and values) and lists/tuples without
     recursion. ``depth`` is the nesting level of ``value`` when it is an object or array (a request body is level 1,
-    an object inside it level 2, ...); a level above :data:`MAX_JSON_DEPTH` is a problem.
+    an object inside it level 2, ...); a level above :data:`MAX_JSON_DEPTH` is a problem. A fast pass without paths
+    (a few microseconds per request) clears the common case; only a suspicious value is walked again to name the field.
     """
+    if not _suspect(value, depth):
+        return None
+    return _locate(value, path, depth)
+
+
+def _locate(value: Any, path: str, depth: int) -> Optional[Tuple[str, str]]:
+    """The slow pass of :func:`find_problem`: the same walk, building the path of every value."""
     stack: List[Tuple[Any, str, int]] = [(value, path, depth)]
     pop, push = stack.pop, stack.append
     while stack:

@@ -159,7 +159,9 @@ def parse_memory_limit(value: Union[str, int], capacity: Optional[int] = None) -
         match = _SIZE_RE.match(value)
         unit = match.group(2).lower() if match else None
         if match is None or (unit != "%" and unit not in _SIZE_UNITS):
-            raise ValueError(f"invalid memory limit {value!r}: use a size like '64MiB', '2G', '512MB' or a share like '25%'")
+            raise ValueError(
+                f"invalid memory limit {value!r}: use a size like '64MiB', '2G', '512MB' or a share like '25%'"
+            )
         number = float(match.group(1))
         if unit == "%":
             if not 0 < number <= 100:

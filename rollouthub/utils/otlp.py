@@ -342,6 +342,7 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
         resource_attempt = resource_attrs.get(AGL_ATTEMPT_ID)
         resource_seq = resource_attrs.get(AGL_SPAN_SEQUENCE_ID)
         resource = OtelResource(attributes=resource_attrs, schema_url=resource_spans.schema_url or "")
+        _check_domains(resource, "resource", "resource")  # once: every span of this resource shares it
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attrs = _attributes(span.attributes)
@@ -404,14 +405,29 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
                         }
                     )
                 )
-                problem = find_problem(spans[-1])
-                if problem is not None:
-                    raise OTLPPayloadError(f"Invalid OTLP span {span.name!r}: {problem[0]}: {problem[1]}")
+                stored = spans[-1]
+                # Ids are hex and the resource was checked: the span's own texts and values remain.
+                name, description = stored.name, stored.status.description
+                if _NUL in name or not name.isascii():
+                    _check_domains(name, "name", span.name)
+                _check_domains(stored.attributes, "attributes", span.name)
+                if description and (_NUL in description or not description.isascii()):
+                    _check_domains(description, "status.description", span.name)
+                if events or links:
+                    _check_domains([stored.events, stored.links], "events/links", span.name)
                 missing.append(sequence_id is None)
     return spans, missing
 
 
 _SPAN_VALIDATOR = Span.__pydantic_validator__.validate_python
+_NUL = "\x00"
+
+
+def _check_domains(value: Any, field: str, span_name: str) -> None:
+    """``OTLPPayloadError`` when ``value`` (a part of a decoded span) lies outside the store's input domains."""
+    problem = find_problem(value, field)
+    if problem is not None:
+        raise OTLPPayloadError(f"Invalid OTLP span {span_name!r}: {problem[0]}: {problem[1]}")
 
 
 async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulkIssuer) -> List[Span]:
