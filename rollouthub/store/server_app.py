@@ -371,6 +371,33 @@ def _mount_dashboard(app: FastAPI, directory: Path) -> None:
         return FileResponse(index)
 
 
+_OTLP_OPENAPI: Dict[str, Any] = {
+    "parameters": [
+        {
+            "name": "Content-Encoding",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "enum": ["gzip", "deflate", "identity"]},
+            "description": "Compression of the body; it is inflated up to the body limit (413 beyond, 415 for others).",
+        }
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+            "application/json": {"schema": {"type": "object"}},
+        },
+        "description": "An ExportTraceServiceRequest (protobuf, or OTLP JSON with hex ids).",
+    },
+    "responses": {
+        "400": {"description": "Undecodable body, unsupported content type, or spans the store rejects"},
+        "413": {"description": "The body (after decompression) is larger than the body limit"},
+        "415": {"description": "Unsupported Content-Encoding"},
+    },
+}
+"""OpenAPI description of ``POST /v1/traces`` (the route reads its raw body itself)."""
+
+
 def build_app(server: LightningStoreServer) -> FastAPI:
     """Create the FastAPI app of ``server`` (routes call ``server.<method>`` → ``server.store.<method>``)."""
     from .server_routes import build_router
@@ -388,7 +415,14 @@ def build_app(server: LightningStoreServer) -> FastAPI:
             max_body_bytes=server._max_body_bytes,
         )
 
-    app.add_api_route("/v1/traces", otlp_traces, methods=["POST"], name="otlp_traces")
+    app.add_api_route(
+        "/v1/traces",
+        otlp_traces,
+        methods=["POST"],
+        name="otlp_traces",
+        summary="OTLP/HTTP trace export",
+        openapi_extra=_OTLP_OPENAPI,
+    )
     for signal in ("metrics", "logs", "development/profiles"):
 
         async def otlp_unsupported() -> Response:
