@@ -36,6 +36,7 @@ from rollouthub.utils.otlp import handle_otlp_export
 
 from .base import SpansEvictedError
 from .domains import InputDomainError
+from .errors import is_data_error, is_retryable_error
 from .utils import LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -97,36 +98,6 @@ def template_http_path(path: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-_DATA_EXCEPTION_CLASS = "22"
-"""SQLSTATE class "data exception": the database rejected a value the request carried."""
-
-
-def _sqlstate(exc: BaseException) -> str:
-    code = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "orig", None), "sqlstate", None)
-    return code if isinstance(code, str) else ""
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    """A failure that is not the caller's fault and that retrying may fix: the database is unreachable or busy, a
-    serialization conflict or deadlock outlived the store's own retries."""
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    module = type(exc).__module__
-    if not module.startswith(("asyncpg", "sqlite3", "sqlalchemy", "aiosqlite")):
-        return False
-    from .collection.sql_engine import is_transient_error
-
-    if is_transient_error(exc):
-        return True
-    code = _sqlstate(exc)
-    # 08: connection exception, 53: insufficient resources (too many connections, ...), 57P0x: server shutting down.
-    return code.startswith(("08", "53", "57P0")) or type(exc).__name__ in (
-        "ConnectionDoesNotExistError",
-        "CannotConnectNowError",
-        "TooManyConnectionsError",
-    )
-
-
 def validation_error_body(errors: Sequence[Any]) -> bytes:
     """The JSON body of a 422 (FastAPI's ``{"detail": [{"type", "loc", "msg", "input", ...}]}``).
 
@@ -148,7 +119,7 @@ def error_payload(exc: BaseException) -> tuple[int, Dict[str, Any]]:
       message (or the class name);
     * :class:`~rollouthub.store.base.SpansEvictedError` → 410 Gone;
     * a database "data exception" (SQLSTATE class 22, a value the database cannot hold) → 400;
-    * a database that is unreachable, overloaded or kept conflicting (:func:`_is_retryable`) → 503;
+    * a database that is unreachable, overloaded or kept conflicting (``errors.is_retryable_error``) → 503;
     * anything else → 500 with ``{"detail", "error_type", "traceback"}`` (the reference shape).
     """
     name = type(exc).__name__
@@ -160,9 +131,9 @@ def error_payload(exc: BaseException) -> tuple[int, Dict[str, Any]]:
         return 400, {"detail": str(exc) or name, "error_type": name}
     if isinstance(exc, SpansEvictedError):
         return 410, {"detail": str(exc), "error_type": name}
-    if _sqlstate(exc).startswith(_DATA_EXCEPTION_CLASS):
+    if is_data_error(exc):
         return 400, {"detail": f"The database rejected a value of the request: {exc}", "error_type": name}
-    if _is_retryable(exc):
+    if is_retryable_error(exc):
         return 503, {"detail": f"The store is temporarily unavailable, retry later: {exc}", "error_type": name}
     return 500, {
         "detail": "Internal server error",

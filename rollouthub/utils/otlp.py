@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterator, List, NamedTuple, O
 
 from rollouthub.semconv import LightningResourceAttributes
 from rollouthub.store.domains import MAX_SEQUENCE_ID, find_problem
+from rollouthub.store.errors import is_data_error, is_retryable_error
 from rollouthub.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus, convert_timestamp
 
 __all__ = [
@@ -527,7 +528,8 @@ async def export_otlp(
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
     ``ExportTraceServiceResponse``; 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
     body or spans the store rejects; 413 when the body inflates beyond ``max_body_bytes`` (``<= 0``: no limit); 415
-    for an unsupported ``Content-Encoding``. Exceptions of ``read_body`` and unexpected store errors propagate.
+    for an unsupported ``Content-Encoding``; 503 when the database is unavailable (the OTLP exporter retries).
+    Exceptions of ``read_body`` and other store errors propagate.
 
     Spans without a sequence id get one from ``sequence_id_bulk_issuer`` before ``add_many_spans`` stores them; when
     ``add_many_spans_assigning_ids`` (``LightningStore.add_many_spans_assigning_ids``) is given, it stores the spans
@@ -567,6 +569,13 @@ async def export_otlp(
             await add_many_spans(spans)
     except (ValueError, TypeError) as exc:  # e.g. unknown rollout / attempt
         return _result(_status_body(f"Spans rejected by the store: {exc}", as_json), 400, media_type, gzip_it)
+    except Exception as exc:
+        if is_data_error(exc):
+            return _result(_status_body(f"Spans rejected by the database: {exc}", as_json), 400, media_type, gzip_it)
+        if is_retryable_error(exc):  # 503 is one of the statuses OTLP exporters retry
+            message = f"The store is temporarily unavailable, retry later: {exc}"
+            return _result(_status_body(message, as_json, code=14), 503, media_type, gzip_it)
+        raise
     return _success(as_json, gzip_it)
 
 

@@ -64,3 +64,31 @@ async def test_store_exceptions_map_to_their_status(
             assert body["error_type"] == error_type
             assert ("traceback" in body) == (status == 500)
         assert answers[0][1] == answers[1][1] or status == 500  # tracebacks differ by route
+
+
+@pytest.mark.parametrize(
+    ("make_error", "status"),
+    [
+        (_asyncpg("TooManyConnectionsError"), 503),
+        (lambda: ConnectionResetError("reset"), 503),
+        (_asyncpg("CharacterNotInRepertoireError"), 400),
+        (lambda: ValueError("Rollout ro-x not found"), 400),
+    ],
+)
+async def test_otlp_export_maps_store_failures(make_error: Callable[[], BaseException], status: int) -> None:
+    from .cases import otlp_request
+
+    async with live_server("memory") as live:
+        store: Any = live.store
+
+        async def fail(*args: Any, **kwargs: Any) -> Any:
+            raise make_error()
+
+        store.add_many_spans_assigning_ids = fail
+        store.add_many_spans = fail
+        body = otlp_request(live.ids["rollout_id"], live.ids["attempt_id"])
+        async with aiohttp.ClientSession() as session:
+            async with session.post(
+                live.endpoint + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
+            ) as r:
+                assert r.status == status, await r.read()
