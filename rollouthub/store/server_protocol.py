@@ -306,10 +306,7 @@ class HttpProtocol(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         """Collect the request target (it may arrive in pieces)."""
         self.url += url
-        self._count_head(len(url))
-
-    def _count_head(self, size: int) -> None:
-        self.head_parsed += size
+        self.head_parsed += len(url)
         if self.head_parsed > self.ctx.max_head_bytes:
             raise ValueError("request head too large")  # httptools aborts parsing; data_received answers 431
 
@@ -320,7 +317,9 @@ class HttpProtocol(asyncio.Protocol):
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100 = True
         self.headers.append((name, value))
-        self._count_head(len(name) + len(value) + 4)
+        self.head_parsed += len(name) + len(value) + 4
+        if self.head_parsed > self.ctx.max_head_bytes:
+            raise ValueError("request head too large")  # httptools aborts parsing; data_received answers 431
 
     def on_message_begin(self) -> None:
         """A request head begins."""
