@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from http_micro import HealthProber, percentile  # noqa: E402
+from http_micro import _span as micro_span  # noqa: E402
 
 from rollouthub.testing.store_process import StoreProcess  # noqa: E402
 
@@ -137,26 +138,10 @@ def run_bomb(bombs: int, concurrency: int, inflated: int) -> Dict[str, Any]:
 
 
 def _span(rollout_id: str, attempt_id: str, seq: int, payload: str) -> Dict[str, Any]:
-    trace_id = f"{seq:032x}"
-    span_id = f"{seq:016x}"
-    return {
-        "rollout_id": rollout_id,
-        "attempt_id": attempt_id,
-        "sequence_id": seq,
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_id": None,
-        "name": "flood",
-        "status": {"status_code": "OK", "description": None},
-        "attributes": {"prompt": payload, "completion": payload[::-1], "tokens": seq},
-        "events": [],
-        "links": [],
-        "start_time": time.time(),
-        "end_time": time.time(),
-        "context": {"trace_id": trace_id, "span_id": span_id, "is_remote": False, "trace_state": {}},
-        "parent": None,
-        "resource": {"attributes": {"service.name": "flood"}, "schema_url": ""},
-    }
+    """``http_micro``'s span body with about 2 KB of attributes."""
+    body = micro_span(rollout_id, attempt_id, seq)
+    body["attributes"] = {"prompt": payload, "completion": payload[::-1], "tokens": seq}
+    return body
 
 
 async def _flood(
