@@ -325,14 +325,16 @@ def _parse_sequence_id(value: Any) -> Optional[int]:
     return parsed
 
 
-def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
+def decode_spans(request: Any, rejected: Optional[List[str]] = None) -> Tuple[List[Span], List[bool]]:
     """Convert an ``ExportTraceServiceRequest`` into store spans and, per span, whether it still needs a sequence id.
 
     Spans without a rollout or attempt id are skipped. A span without a valid ``agentlightning.span_sequence_id``
     attribute (not an integer, negative, or above ``MAX_SEQUENCE_ID``) carries the placeholder ``sequence_id=0`` and
     the flag ``True``: the caller allocates its id (see :func:`spans_from_proto`, or
     ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit). A span holding a value outside
-    the store's input domains (e.g. a NUL character in its name or an attribute) raises :class:`OTLPPayloadError`.
+    the store's input domains (e.g. a NUL character in its name or an attribute) raises :class:`OTLPPayloadError` --
+    or, when a ``rejected`` list is given, is left out and the reason appended to that list (once per span; a bad
+    resource rejects all of its spans).
     """
     spans: List[Span] = []
     missing: List[bool] = []
@@ -343,7 +345,12 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
         resource_attempt = resource_attrs.get(AGL_ATTEMPT_ID)
         resource_seq = resource_attrs.get(AGL_SPAN_SEQUENCE_ID)
         resource = OtelResource(attributes=resource_attrs, schema_url=resource_spans.schema_url or "")
-        _check_domains(resource, "resource", "resource")  # once: every span of this resource shares it
+        problem = _domain_problem(resource, "resource", "resource")  # once: every span of this resource shares it
+        if problem is not None:
+            if rejected is None:
+                raise OTLPPayloadError(problem)
+            rejected.extend(problem for scope in resource_spans.scope_spans for _ in scope.spans)
+            continue
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attrs = _attributes(span.attributes)
@@ -406,16 +413,13 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
                         }
                     )
                 )
-                stored = spans[-1]
-                # Ids are hex and the resource was checked: the span's own texts and values remain.
-                name, description = stored.name, stored.status.description
-                if _NUL in name or not name.isascii():
-                    _check_domains(name, "name", span.name)
-                _check_domains(stored.attributes, "attributes", span.name)
-                if description and (_NUL in description or not description.isascii()):
-                    _check_domains(description, "status.description", span.name)
-                if events or links:
-                    _check_domains([stored.events, stored.links], "events/links", span.name)
+                problem = _span_problem(spans[-1], span.name)
+                if problem is not None:
+                    if rejected is None:
+                        raise OTLPPayloadError(problem)
+                    spans.pop()
+                    rejected.append(problem)
+                    continue
                 missing.append(sequence_id is None)
     return spans, missing
 
@@ -424,11 +428,25 @@ _SPAN_VALIDATOR = Span.__pydantic_validator__.validate_python
 _NUL = "\x00"
 
 
-def _check_domains(value: Any, field: str, span_name: str) -> None:
-    """``OTLPPayloadError`` when ``value`` (a part of a decoded span) lies outside the store's input domains."""
+def _domain_problem(value: Any, field: str, span_name: str) -> Optional[str]:
+    """Why ``value`` (a part of a decoded span) lies outside the store's input domains, or ``None``."""
     problem = find_problem(value, field)
-    if problem is not None:
-        raise OTLPPayloadError(f"Invalid OTLP span {span_name!r}: {problem[0]}: {problem[1]}")
+    return None if problem is None else f"Invalid OTLP span {span_name!r}: {problem[0]}: {problem[1]}"
+
+
+def _span_problem(stored: Span, span_name: str) -> Optional[str]:
+    """:func:`_domain_problem` of a decoded span's own parts (ids are hex; the shared resource is checked apart)."""
+    name, description = stored.name, stored.status.description
+    if _NUL in name or not name.isascii():
+        problem = _domain_problem(name, "name", span_name)
+        if problem is not None:
+            return problem
+    problem = _domain_problem(stored.attributes, "attributes", span_name)
+    if problem is None and description and (_NUL in description or not description.isascii()):
+        problem = _domain_problem(description, "status.description", span_name)
+    if problem is None and (stored.events or stored.links):
+        problem = _domain_problem([stored.events, stored.links], "events/links", span_name)
+    return problem
 
 
 async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulkIssuer) -> List[Span]:
@@ -502,12 +520,15 @@ OFFLOAD_BYTES = 1 << 20
 keeps serving other requests meanwhile."""
 
 
-def _decode_request(body: bytes, content_type: str, convert: bool) -> Tuple[Any, List[Span], List[bool]]:
-    """Parse a decoded body; with ``convert``, also turn it into spans and their needs-an-id flags."""
+def _decode_request(
+    body: bytes, content_type: str, convert: bool, rejected: List[str]
+) -> Tuple[Any, List[Span], List[bool]]:
+    """Parse a decoded body; with ``convert``, also turn it into spans and their needs-an-id flags (spans outside the
+    input domains are left out, their reasons appended to ``rejected``)."""
     parsed = parse_otlp_traces(body, content_type)
     if not convert:
         return parsed, [], []
-    spans, missing = decode_spans(parsed)
+    spans, missing = decode_spans(parsed, rejected)
     return parsed, spans, missing
 
 
@@ -526,8 +547,9 @@ async def export_otlp(
 
     ``content_type``/``content_encoding``/``accept_encoding`` are the raw request header values (``None`` when
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
-    ``ExportTraceServiceResponse``; 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
-    body or spans the store rejects; 413 when the body inflates beyond ``max_body_bytes`` (``<= 0``: no limit); 415
+    ``ExportTraceServiceResponse`` -- or with ``partial_success`` (rejected count and the first reason) when some spans
+    lie outside the store's input domains and the others were stored; 400 with a ``google.rpc.Status`` for an
+    unsupported content type, an undecodable body, spans the store rejects, or when no span is acceptable; 413 when the body inflates beyond ``max_body_bytes`` (``<= 0``: no limit); 415
     for an unsupported ``Content-Encoding``; 503 when the database is unavailable (the OTLP exporter retries).
     Exceptions of ``read_body`` and other store errors propagate.
 
@@ -544,16 +566,19 @@ async def export_otlp(
     media_type = JSON_CT if as_json else PROTOBUF_CT
     body = await read_body()
     missing: List[bool] = []
+    rejected: List[str] = []
     convert = add_many_spans_assigning_ids is not None
     try:
         if content_encoding:
             body = await inflate_async(body, content_encoding, max_body_bytes)
         if len(body) >= OFFLOAD_BYTES:
-            parsed, spans, missing = await asyncio.to_thread(_decode_request, body, ct, convert)
+            parsed, spans, missing = await asyncio.to_thread(_decode_request, body, ct, convert, rejected)
         else:
-            parsed, spans, missing = _decode_request(body, ct, convert)
+            parsed, spans, missing = _decode_request(body, ct, convert, rejected)
         if not convert:
             spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
+        if rejected and not spans:  # nothing acceptable: the request as a whole is invalid
+            raise OTLPPayloadError(_rejection_message(rejected))
     except OTLPPayloadTooLarge as exc:
         return _result(_status_body(str(exc), as_json, code=8), 413, media_type, gzip_it)
     except OTLPUnsupportedEncoding as exc:
@@ -576,7 +601,28 @@ async def export_otlp(
             message = f"The store is temporarily unavailable, retry later: {exc}"
             return _result(_status_body(message, as_json, code=14), 503, media_type, gzip_it)
         raise
+    if rejected:
+        return _partial_success(len(rejected), _rejection_message(rejected), as_json, gzip_it)
     return _success(as_json, gzip_it)
+
+
+def _rejection_message(rejected: Sequence[str]) -> str:
+    more = f" (and {len(rejected) - 1} more rejected span(s))" if len(rejected) > 1 else ""
+    return rejected[0] + more
+
+
+def _partial_success(count: int, message: str, as_json: bool, gzip_it: bool) -> OTLPExportResult:
+    """200 with ``partial_success`` (OTLP/HTTP): the valid spans were stored, ``count`` were rejected because of
+    ``message``; the exporter logs it and does not retry."""
+    if as_json:
+        body = json.dumps({"partialSuccess": {"rejectedSpans": str(count), "errorMessage": message}}).encode()
+        return _result(body, 200, JSON_CT, gzip_it)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    response = ExportTraceServiceResponse()
+    response.partial_success.rejected_spans = count
+    response.partial_success.error_message = message
+    return _result(bytes(response.SerializeToString()), 200, PROTOBUF_CT, gzip_it)
 
 
 def _success(as_json: bool, gzip_it: bool) -> OTLPExportResult:

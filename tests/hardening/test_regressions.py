@@ -295,6 +295,33 @@ async def test_6_nul_and_surrogates_get_identical_400s_on_every_backend() -> Non
     assert answers["postgres"] == answers["memory"]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_6_otlp_batch_keeps_its_valid_spans_and_reports_the_rejected_one(backend: str) -> None:
+    """One span with a NUL in an attribute does not lose the other spans of its export: 200 with OTLP's
+    ``partial_success`` (rejected count and the reason naming the field); a batch of only bad spans is a 400."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    async with live_server(backend) as live, aiohttp.ClientSession() as session:
+        rid, aid = live.ids["rollout_id"], live.ids["attempt_id"]
+        request = ExportTraceServiceRequest.FromString(otlp_request(rid, aid, name="good"))
+        bad = request.resource_spans[0].scope_spans[0].spans.add()
+        bad.CopyFrom(request.resource_spans[0].scope_spans[0].spans[0])
+        bad.name, bad.span_id = "bad", b"\x03" * 8
+        attribute = bad.attributes.add()
+        attribute.key, attribute.value.string_value = "completion", f"x{NUL}y"
+        async with session.post(live.endpoint + "/v1/traces", data=request.SerializeToString(), headers=PROTOBUF) as r:
+            assert r.status == 200
+            answer = ExportTraceServiceResponse.FromString(await r.read())
+        assert answer.partial_success.rejected_spans == 1
+        assert "'bad'" in answer.partial_success.error_message
+        assert "attributes.completion" in answer.partial_success.error_message
+        assert [span["name"] for span in await _spans(live) if span["name"] in ("good", "bad")] == ["good"]
+        await _healthy(live)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # 7. Spans of an evicted rollout: 410 Gone, raised by the client at once (not retried)
 # ---------------------------------------------------------------------------------------------------------------------
