@@ -117,7 +117,8 @@ def _inflate_steps(body: bytes, content_encoding: Optional[str], limit: int) -> 
             if chunk:
                 yield chunk
             pending = inflater.unconsumed_tail
-            if inflater.eof or not pending:
+            # A full slice may leave output inside zlib even when all input was consumed: ask again until it is not full.
+            if inflater.eof or (not pending and len(chunk) < step):
                 break
         if not inflater.eof:
             if not data:
@@ -345,7 +346,7 @@ def decode_spans(request: Any, rejected: Optional[List[str]] = None) -> Tuple[Li
         resource_attempt = resource_attrs.get(AGL_ATTEMPT_ID)
         resource_seq = resource_attrs.get(AGL_SPAN_SEQUENCE_ID)
         resource = OtelResource(attributes=resource_attrs, schema_url=resource_spans.schema_url or "")
-        problem = _domain_problem(resource, "resource", "resource")  # once: every span of this resource shares it
+        problem = _domain_problem(resource, "resource", None)  # once: every span of this resource shares it
         if problem is not None:
             if rejected is None:
                 raise OTLPPayloadError(problem)
@@ -428,10 +429,14 @@ _SPAN_VALIDATOR = Span.__pydantic_validator__.validate_python
 _NUL = "\x00"
 
 
-def _domain_problem(value: Any, field: str, span_name: str) -> Optional[str]:
-    """Why ``value`` (a part of a decoded span) lies outside the store's input domains, or ``None``."""
+def _domain_problem(value: Any, field: str, span_name: Optional[str]) -> Optional[str]:
+    """Why ``value`` (a part of a decoded span, or its resource when ``span_name`` is ``None``) lies outside the
+    store's input domains, or ``None``."""
     problem = find_problem(value, field)
-    return None if problem is None else f"Invalid OTLP span {span_name!r}: {problem[0]}: {problem[1]}"
+    if problem is None:
+        return None
+    where = "Invalid OTLP resource" if span_name is None else f"Invalid OTLP span {span_name!r}"
+    return f"{where}: {problem[0]}: {problem[1]}"
 
 
 def _span_problem(stored: Span, span_name: str) -> Optional[str]:
