@@ -150,3 +150,14 @@ async def test_inflate_async_matches_inflate() -> None:
     assert await inflate_async(gzip.compress(b"small"), "gzip", 100) == b"small"
     with pytest.raises(OTLPPayloadTooLarge):
         await inflate_async(body, "gzip", INFLATE_SLICE_BYTES)
+
+
+@pytest.mark.parametrize(
+    "size", [INFLATE_SLICE_BYTES - 1, INFLATE_SLICE_BYTES, INFLATE_SLICE_BYTES + 1, 3 * INFLATE_SLICE_BYTES]
+)
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_inflate_at_slice_boundaries(size: int, encoding: str) -> None:
+    payload = b"\x00" * size  # long matches: zlib may hold output back when a slice is full
+    body = gzip.compress(payload) if encoding == "gzip" else zlib.compress(payload)
+    assert inflate(body, encoding, size) == payload
+    assert inflate(body, encoding, 0) == payload
