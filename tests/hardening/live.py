@@ -4,8 +4,8 @@
 
 * ``memory`` -- ``InMemoryLightningStore(thread_safe=True)``;
 * ``sqlite`` -- ``SqlLightningStore`` on a fresh SQLite file;
-* ``postgres`` -- ``SqlLightningStore`` on a fresh PostgreSQL schema (dropped afterwards), needs
-  ``ROLLOUTHUB_TEST_POSTGRES_URL``.
+* ``postgres`` -- ``SqlLightningStore`` on a fresh PostgreSQL schema (dropped afterwards), at
+  ``ROLLOUTHUB_TEST_POSTGRES_URL`` (skipped with the reason when it is unset, as in the store suite; CI sets it).
 
 SQL stores get a pool of ONE connection (``pool_size=1, max_overflow=0``): a request that left its connection inside
 an open transaction, or otherwise unusable, makes the very next legitimate request fail -- which the suite checks
@@ -17,7 +17,6 @@ The suite only speaks HTTP to the server (aiohttp or raw sockets), so it guards 
 
 from __future__ import annotations
 
-import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -26,15 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict
 
 import aiohttp
-import pytest
 
 from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.utils.server_launcher import pick_free_port
+from tests.store.sql_backends import drop_pg_schema, postgres_url
 
 BACKENDS = ("memory", "sqlite", "postgres")
 """Every backend the suite runs against."""
-
-POSTGRES_ENV = "ROLLOUTHUB_TEST_POSTGRES_URL"
 
 
 @dataclass
@@ -55,24 +52,6 @@ class Live:
     def port(self) -> int:
         """The TCP port."""
         return int(self.server.server_launcher.port)
-
-
-def _postgres_url() -> str:
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        pytest.fail(f"{POSTGRES_ENV} is not set: the hardening suite must run against PostgreSQL too")
-    return url
-
-
-async def _drop_schema(url: str, schema: str) -> None:
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    conn = await asyncpg.connect(make_url(url).set(drivername="postgresql").render_as_string(hide_password=False))
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
 
 
 @asynccontextmanager
@@ -97,7 +76,7 @@ async def make_store(backend: str, **kwargs: Any) -> AsyncIterator[Any]:
         return
     if backend != "postgres":
         raise ValueError(f"unknown backend {backend!r}")
-    url = _postgres_url()
+    url = postgres_url()  # skips (with the reason) when ROLLOUTHUB_TEST_POSTGRES_URL is unset, like the store suite
     schema = f"rh_hard_{uuid.uuid4().hex[:12]}"
     store = SqlLightningStore(url, scan_debounce_seconds=0.0, schema=schema, **kwargs)
     try:
@@ -105,7 +84,7 @@ async def make_store(backend: str, **kwargs: Any) -> AsyncIterator[Any]:
         yield store
     finally:
         await store.close()
-        await _drop_schema(url, schema)
+        await drop_pg_schema(url, schema)
 
 
 async def seed(live: Live) -> None:
