@@ -18,7 +18,15 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence
 
-__all__ = ["main", "build_parser", "DEFAULT_BACKEND", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = [
+    "main",
+    "build_parser",
+    "DEFAULT_BACKEND",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_HEADER_BYTES",
+    "DEFAULT_LIMIT_CONCURRENCY",
+    "DEFAULT_TIMEOUT_KEEP_ALIVE",
+]
 
 logger = logging.getLogger("rollouthub.cli.store")
 
@@ -26,6 +34,18 @@ DEFAULT_BACKEND = "sqlite:///./rollouthub.db"
 """A SQLite file in the working directory."""
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+"""Largest request head (request line and headers); larger ones are answered 431."""
+
+DEFAULT_LIMIT_CONCURRENCY = 2048
+"""Connections (or requests in progress) beyond which new requests get 503 instead of exhausting the server."""
+
+DEFAULT_TIMEOUT_KEEP_ALIVE = 30
+"""Seconds an idle connection -- one waiting for a (complete) request head -- stays open."""
+
+_FD_HEADROOM = 256
+"""File descriptors kept for the database, logs and the listening socket on top of ``--limit-concurrency``."""
 
 _SQL_PREFIXES = ("sqlite", "postgresql", "postgres")
 
@@ -66,8 +86,59 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_BODY_BYTES,
         help=f"Largest accepted request body in bytes; larger bodies get 413 (default: {DEFAULT_MAX_BODY_BYTES}).",
     )
+    parser.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE|PCT",
+        help="--backend memory: bound on the memory held by spans, e.g. 64MiB, 2G, 25%% (of the RAM); above it the "
+        "spans of the oldest rollouts are evicted. Default: the smaller of 2 GiB and 25%% of the RAM.",
+    )
+    parser.add_argument(
+        "--timeout-keep-alive",
+        type=int,
+        default=DEFAULT_TIMEOUT_KEEP_ALIVE,
+        metavar="SECONDS",
+        help="Close a connection idle for this long between requests (and, with the store's HTTP protocol, one that "
+        f"has not completed its request headers within it). Default: {DEFAULT_TIMEOUT_KEEP_ALIVE}.",
+    )
+    parser.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=DEFAULT_LIMIT_CONCURRENCY,
+        metavar="N",
+        help="With N open connections or N requests in progress, answer new requests with 503 "
+        f"(the open-files limit is raised to fit when allowed). Default: {DEFAULT_LIMIT_CONCURRENCY}.",
+    )
+    parser.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        metavar="N",
+        help=f"Largest request head (request line and headers); larger ones get 431. Default: {DEFAULT_MAX_HEADER_BYTES}.",
+    )
     parser.add_argument("--access-log", action="store_true", help="Log every request (uvicorn access log).")
     return parser
+
+
+def _raise_open_files_limit(needed: int) -> None:
+    """Raise the soft limit of open files to ``needed`` (at most the hard limit); warn when it stays below."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        if soft < needed:
+            logger.warning(
+                "The open-files limit (%d) is below --limit-concurrency plus headroom (%d): connections beyond it are "
+                "refused by the operating system instead of answered 503.",
+                soft,
+                needed,
+            )
 
 
 def _configure_logging(level: str) -> None:
@@ -107,11 +178,12 @@ GC_THRESHOLDS = (10_000, 10, 10)
 """``gc.set_threshold`` of a ``rollouthub store`` process once it serves (Python's default is ``(700, 10, 10)``)."""
 
 
-def _build_store(backend: str, tracker: Any) -> Any:
+def _build_store(backend: str, tracker: Any, memory_limit: Optional[str] = None) -> Any:
     if backend == "memory":
-        from rollouthub.store.memory import InMemoryLightningStore
+        from rollouthub.store.memory import InMemoryLightningStore, default_memory_limit
 
-        return InMemoryLightningStore(thread_safe=True, tracker=tracker)
+        limit: Any = memory_limit if memory_limit is not None else default_memory_limit()
+        return InMemoryLightningStore(thread_safe=True, tracker=tracker, memory_limit=limit)
     from rollouthub.store.sql import SqlLightningStore
 
     return SqlLightningStore(backend, tracker=tracker)
@@ -166,6 +238,14 @@ async def _serve(server: Any, backend_label: str) -> int:
         gc.set_threshold(*GC_THRESHOLDS)
         endpoint = server.endpoint
         logger.info("Store backend: %s", backend_label)
+        args = server.launcher_args
+        logger.info(
+            "Limits:        body %d bytes, request head %s bytes, %s concurrent connections, keep-alive %d s",
+            server.max_body_bytes,
+            args.max_header_bytes,
+            args.limit_concurrency,
+            args.timeout_keep_alive,
+        )
         logger.info("Store API:     %s/v1/agl (health: %s/v1/agl/health)", endpoint, endpoint)
         logger.info("OTLP traces:   %s/v1/traces", endpoint)
         if server.prometheus_enabled:
@@ -218,9 +298,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.max_body_bytes <= 0:
-        print("rollouthub store: error: --max-body-bytes must be positive", file=sys.stderr)
-        return 2
+    for flag, value in (
+        ("--max-body-bytes", args.max_body_bytes),
+        ("--max-header-bytes", args.max_header_bytes),
+        ("--limit-concurrency", args.limit_concurrency),
+        ("--timeout-keep-alive", args.timeout_keep_alive),
+    ):
+        if value <= 0:
+            print(f"rollouthub store: error: {flag} must be positive", file=sys.stderr)
+            return 2
+    if args.memory_limit is not None:
+        if backend != "memory":
+            print("rollouthub store: error: --memory-limit only applies to --backend memory", file=sys.stderr)
+            return 2
+        from rollouthub.store.memory import parse_memory_limit
+
+        try:
+            parse_memory_limit(args.memory_limit)
+        except ValueError as exc:
+            print(f"rollouthub store: error: --memory-limit: {exc}", file=sys.stderr)
+            return 2
     _configure_logging(args.log_level)
 
     from rollouthub.env_var import resolve_api_token
@@ -234,7 +331,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"rollouthub store: error: {exc}", file=sys.stderr)
         return 1
     try:
-        store = _build_store(backend, tracker)
+        store = _build_store(backend, tracker, args.memory_limit)
     except Exception as exc:  # noqa: BLE001 - report configuration errors without a traceback
         logger.error("Cannot open the %r backend: %s", backend, exc)
         return 1
@@ -246,7 +343,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         healthcheck_url="/v1/agl/health",
         log_level=getattr(logging, args.log_level),
         access_log=args.access_log,
+        timeout_keep_alive=args.timeout_keep_alive,
+        limit_concurrency=args.limit_concurrency,
+        max_header_bytes=args.max_header_bytes,
     )
+    _raise_open_files_limit(args.limit_concurrency + _FD_HEADROOM)
     try:
         server = LightningStoreServer(
             store,
@@ -259,7 +360,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         print(f"rollouthub store: error: {exc}", file=sys.stderr)
         return 2
-    label = "memory (InMemoryLightningStore)" if backend == "memory" else getattr(store, "database_url", backend)
+    if backend == "memory":
+        label = f"memory (InMemoryLightningStore, spans bounded to {store.memory_limit_bytes / 2**20:.0f} MiB)"
+    else:
+        label = getattr(store, "database_url", backend)
     try:
         return run_event_loop(_serve(server, str(label)))
     except KeyboardInterrupt:

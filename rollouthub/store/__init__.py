@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics, SpansEvictedError
 from .collection_based import CollectionBasedLightningStore
 from .memory import InMemoryLightningStore
 from .threading import LightningStoreThreaded
@@ -16,6 +16,7 @@ __all__ = [
     "InMemoryLightningStore",
     "CollectionBasedLightningStore",
     "LightningStoreThreaded",
+    "SpansEvictedError",
 ]
 # Also available (imported lazily on first access): LightningStoreClient, LightningStoreServer, SqlLightningStore.
 

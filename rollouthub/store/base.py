@@ -45,6 +45,7 @@ __all__ = [
     "LightningStore",
     "LightningStoreCapabilities",
     "LightningStoreStatistics",
+    "SpansEvictedError",
     "is_queuing",
     "is_running",
     "is_finished",
@@ -90,6 +91,20 @@ _logger = logging.getLogger(__name__)
 
 ABANDON_CHECK_SECONDS = 0.1
 """How often a waiting ``dequeue_rollout_or_wait`` asks its ``abandoned`` callback whether to give up."""
+
+
+class SpansEvictedError(RuntimeError):
+    """The spans of a rollout were evicted to keep the in-memory store within its memory bound (store.md 7.4).
+
+    Raised by ``query_spans`` (and ``query_spans_json``) of an evicted rollout, forever; a ``RuntimeError`` with the
+    reference message ``"Spans for rollout <id> have been evicted"``. The server answers it with **410 Gone**, and
+    ``LightningStoreClient`` raises it again (as ``LightningStoreEvictedError``, also a ``SpansEvictedError``) without
+    retrying.
+    """
+
+    def __init__(self, rollout_id: str) -> None:
+        super().__init__(f"Spans for rollout {rollout_id} have been evicted")
+        self.rollout_id = rollout_id
 
 
 def check_assign_flags(spans: Sequence[Any], assign: Sequence[bool]) -> None:
@@ -213,6 +228,7 @@ class LightningStoreStatistics(TypedDict, total=False):
     eviction_threshold_bytes: int
     safe_threshold_bytes: int
     memory_capacity_bytes: int
+    memory_limit_bytes: int  # rollouthub extension: the in-memory store's ``memory_limit``, when one is set
 
 
 def is_queuing(rollout: Rollout) -> bool:

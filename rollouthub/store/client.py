@@ -61,6 +61,7 @@ from .base import (
     LightningStore,
     LightningStoreCapabilities,
     LightningStoreStatistics,
+    SpansEvictedError,
     Unset,
     provided_fields,
     sleep_unless_abandoned,
@@ -77,6 +78,7 @@ __all__ = [
     "DEQUEUE_WAIT_SLICE_SECONDS",
     "LightningStoreAuthError",
     "LightningStoreClient",
+    "LightningStoreEvictedError",
     "LightningStoreHTTPError",
     "LightningStoreRemoteValueError",
 ]
@@ -158,6 +160,21 @@ class LightningStoreAuthError(LightningStoreHTTPError, PermissionError):
     """The server answered 401: the bearer token is missing or wrong. Never retried, never swallowed."""
 
 
+class LightningStoreEvictedError(LightningStoreHTTPError, SpansEvictedError):
+    """The server answered 410 Gone: the spans of the rollout were evicted by an in-memory store to stay within its
+    memory bound. A :class:`~rollouthub.store.base.SpansEvictedError` (a ``RuntimeError``) like the in-process store's
+    error, with the same message; never retried."""
+
+    @property
+    def rollout_id(self) -> Optional[str]:  # type: ignore[override]
+        """The rollout whose spans are gone (parsed from the server's message)."""
+        prefix, suffix = "Spans for rollout ", " have been evicted"
+        detail = self.detail
+        if detail.startswith(prefix) and detail.endswith(suffix):
+            return detail[len(prefix) : -len(suffix)]
+        return None
+
+
 def _rebuild_http_error(
     cls: type[LightningStoreHTTPError],
     status: int,
@@ -228,6 +245,8 @@ def _make_http_error(response: aiohttp.ClientResponse, body: bytes) -> Lightning
             detail = f"Unauthorized: the store server requires a valid bearer token (api_token / {API_TOKEN_ENV})"
     elif status in (400, 422) or error_type == "ValueError":
         cls = LightningStoreRemoteValueError
+    elif status == 410:
+        cls = LightningStoreEvictedError
     else:
         cls = LightningStoreHTTPError
     return cls(

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from rollouthub.types import (
     AttemptedRollout,
@@ -32,6 +32,7 @@ from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
 from .base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities, dequeue_or_wait_with
+from .domains import check_value
 
 if TYPE_CHECKING:
     from .client import LightningStoreClient
@@ -40,6 +41,7 @@ __all__ = [
     "API_V1_PREFIX",
     "API_AGL_PREFIX",
     "API_V1_AGL_PREFIX",
+    "StoreRequest",
     "RolloutRequest",
     "EnqueueManyRolloutsRequest",
     "DequeueManyRolloutsRequest",
@@ -71,7 +73,18 @@ API_V1_AGL_PREFIX = API_V1_PREFIX + API_AGL_PREFIX
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class RolloutRequest(BaseModel):
+class StoreRequest(BaseModel):
+    """Base of the request bodies: once validated, every value must lie in the input domains of
+    :mod:`rollouthub.store.domains` (text without NUL or lone surrogates, 64-bit integers, finite numbers, bounded
+    nesting), else :class:`~rollouthub.store.domains.InputDomainError` -- answered with 400 naming the field."""
+
+    @model_validator(mode="after")
+    def _check_domains(self) -> StoreRequest:
+        check_value(self)
+        return self
+
+
+class RolloutRequest(StoreRequest):
     """Body of ``POST /v1/agl/rollouts`` (``start_rollout``)."""
 
     input: TaskInput
@@ -82,7 +95,7 @@ class RolloutRequest(BaseModel):
     worker_id: Optional[str] = None
 
 
-class EnqueueManyRolloutsRequest(BaseModel):
+class EnqueueManyRolloutsRequest(StoreRequest):
     """Body of ``POST /v1/agl/queues/rollouts/enqueue``."""
 
     rollouts: List[EnqueueRolloutRequest]
@@ -92,7 +105,7 @@ MAX_DEQUEUE_WAIT_SECONDS = 10.0
 """Longest wait the server grants one ``POST /queues/rollouts/dequeue`` with a ``timeout`` (longer ones are capped)."""
 
 
-class DequeueManyRolloutsRequest(BaseModel):
+class DequeueManyRolloutsRequest(StoreRequest):
     """Body of ``POST /v1/agl/queues/rollouts/dequeue``.
 
     ``timeout`` is a rollouthub extension: with ``limit`` 1, wait up to that many seconds (capped at
@@ -105,13 +118,13 @@ class DequeueManyRolloutsRequest(BaseModel):
     timeout: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
 
 
-class StartAttemptRequest(BaseModel):
+class StartAttemptRequest(StoreRequest):
     """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts``."""
 
     worker_id: Optional[str] = None
 
 
-class QueryRolloutsRequest(BaseModel):
+class QueryRolloutsRequest(StoreRequest):
     """Body of ``POST /v1/agl/rollouts/search``."""
 
     status_in: Optional[List[RolloutStatus]] = None
@@ -124,7 +137,7 @@ class QueryRolloutsRequest(BaseModel):
     filter_logic: Literal["and", "or"] = "and"
 
 
-class QueryAttemptsRequest(BaseModel):
+class QueryAttemptsRequest(StoreRequest):
     """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/search``."""
 
     limit: int = -1
@@ -133,7 +146,7 @@ class QueryAttemptsRequest(BaseModel):
     sort_order: Literal["asc", "desc"] = "asc"
 
 
-class QueryResourcesRequest(BaseModel):
+class QueryResourcesRequest(StoreRequest):
     """Query parameters of ``GET /v1/agl/resources``."""
 
     resources_id: Optional[str] = None
@@ -144,7 +157,7 @@ class QueryResourcesRequest(BaseModel):
     sort_order: Literal["asc", "desc"] = "asc"
 
 
-class QuerySpansRequest(BaseModel):
+class QuerySpansRequest(StoreRequest):
     """Body of ``POST /v1/agl/spans/search``."""
 
     rollout_id: str
@@ -164,7 +177,7 @@ class QuerySpansRequest(BaseModel):
     sort_order: Literal["asc", "desc"] = "asc"
 
 
-class QueryWorkersRequest(BaseModel):
+class QueryWorkersRequest(StoreRequest):
     """Body of ``POST /v1/agl/workers/search``."""
 
     status_in: Optional[List[WorkerStatus]] = None
@@ -176,14 +189,14 @@ class QueryWorkersRequest(BaseModel):
     filter_logic: Literal["and", "or"] = "and"
 
 
-class WaitForRolloutsRequest(BaseModel):
+class WaitForRolloutsRequest(StoreRequest):
     """Body of ``POST /v1/agl/waits/rollouts``."""
 
     rollout_ids: List[str]
     timeout: Optional[float] = None
 
 
-class NextSequenceIdRequest(BaseModel):
+class NextSequenceIdRequest(StoreRequest):
     """Body of ``POST /v1/agl/spans/next``."""
 
     rollout_id: str
@@ -196,7 +209,7 @@ class NextSequenceIdResponse(BaseModel):
     sequence_id: int
 
 
-class UpdateRolloutRequest(BaseModel):
+class UpdateRolloutRequest(StoreRequest):
     """Body of ``POST /v1/agl/rollouts/{rollout_id}``; a key counts as provided iff present in the JSON body."""
 
     input: Optional[TaskInput] = None
@@ -207,7 +220,7 @@ class UpdateRolloutRequest(BaseModel):
     metadata: Optional[Dict[str, Any]] = None
 
 
-class UpdateAttemptRequest(BaseModel):
+class UpdateAttemptRequest(StoreRequest):
     """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}`` (presence semantics)."""
 
     status: Optional[AttemptStatus] = None
@@ -216,7 +229,7 @@ class UpdateAttemptRequest(BaseModel):
     metadata: Optional[Dict[str, Any]] = None
 
 
-class UpdateWorkerRequest(BaseModel):
+class UpdateWorkerRequest(StoreRequest):
     """Body of ``POST /v1/agl/workers/{worker_id}``."""
 
     heartbeat_stats: Optional[Dict[str, Any]] = None
@@ -375,6 +388,11 @@ class LightningStoreServer(LightningStore):
     def api_token(self) -> Optional[str]:
         """The bearer token required by the server, if any."""
         return self._api_token
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The request body limit in bytes (after decompression for compressed OTLP bodies); 413 above it."""
+        return self._max_body_bytes
 
     @property
     def dashboard_enabled(self) -> bool:

@@ -83,6 +83,7 @@ from .collection.base import (
     _current_public_method,
     get_current_store_methods,
 )
+from .domains import MAX_SEQUENCE_ID
 from .utils import (
     LATENCY_BUCKETS,
     ROLLOUT_QUEUING_STATUSES,
@@ -968,6 +969,10 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             n_assign = sum(assign)
             provided = [span.sequence_id for span, flag in zip(spans, assign, strict=True) if not flag]
             max_provided = max(provided) if provided else None
+        if max_provided is not None and max_provided > MAX_SEQUENCE_ID:
+            raise ValueError(
+                f"sequence_id {max_provided} is above the largest span sequence id {MAX_SEQUENCE_ID} (2^53 - 1)"
+            )
 
         async def assign_ids(c: Any) -> None:
             next_id = (await self._unlocked_issue_sequence_ids(c, {rollout_id: n_assign}))[rollout_id]

@@ -4,8 +4,8 @@ in front of this app by :class:`rollouthub.store.server_fastpath.FrontDoor` (the
 
 Middleware, outermost first at request time (store.md 11.3 plus hardening):
 
-1. timing log + application-error mapping (``/v1/agl*``: ``ValueError``/``TypeError``/``ValidationError`` → 400,
-   other exceptions → 500 with ``{"detail", "error_type", "traceback"}``);
+1. timing log + application-error mapping (``/v1/agl*``, :func:`error_payload`: input errors → 400, evicted spans →
+   410, an unavailable database → 503, other exceptions → 500 with ``{"detail", "error_type", "traceback"}``);
 2. HTTP metrics (only with a tracker; ``agl.http.total`` / ``agl.http.latency``);
 3. CORS (only with configured origins);
 4. bearer-token authentication (only with a token; everything except ``GET /v1/agl/health`` and dashboard files);
@@ -16,21 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import re
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, MutableMapping, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, MutableMapping, Optional, Sequence
 
 import pydantic
 import pydantic_core
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rollouthub.utils.otlp import handle_otlp_export
 
+from .base import SpansEvictedError
+from .domains import InputDomainError
+from .errors import is_data_error, is_retryable_error
 from .utils import LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -98,17 +104,43 @@ def template_http_path(path: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def error_payload(exc: BaseException) -> tuple[int, Dict[str, Any]]:
-    """Map an exception escaping a ``/v1/agl`` handler to a status code and JSON body.
+def validation_error_body(errors: Sequence[Any]) -> bytes:
+    """The JSON body of a 422 (FastAPI's ``{"detail": [{"type", "loc", "msg", "input", ...}]}``).
 
-    ``pydantic.ValidationError`` → 400 with its text; ``ValueError``/``TypeError``/``OverflowError`` → 400 with the
-    message (or the class name); anything else → 500 with ``{"detail", "error_type", "traceback"}``.
+    The errors echo the offending input; when that cannot be rendered as JSON -- ``NaN``/``Infinity`` values, or
+    nesting too deep to encode -- it is left out (``type``, ``loc`` and ``msg`` still name the field) instead of
+    failing the response."""
+    try:
+        return json.dumps({"detail": jsonable_encoder(errors)}, allow_nan=False).encode()
+    except (ValueError, TypeError, RecursionError):
+        slim = [{key: error[key] for key in ("type", "loc", "msg") if key in error} for error in errors]
+        return json.dumps({"detail": slim}, default=str).encode()
+
+
+def error_payload(exc: BaseException) -> tuple[int, Dict[str, Any]]:
+    """Map an exception escaping a ``/v1/agl`` handler to a status code and JSON body (the table in docs/server.md).
+
+    * :class:`~rollouthub.store.domains.InputDomainError` → 400 ``{"detail", "error_type", "field"}``;
+    * ``pydantic.ValidationError`` → 400 with its text; ``ValueError``/``TypeError``/``OverflowError`` → 400 with the
+      message (or the class name);
+    * :class:`~rollouthub.store.base.SpansEvictedError` → 410 Gone;
+    * a database "data exception" (SQLSTATE class 22, a value the database cannot hold) → 400;
+    * a database that is unreachable, overloaded or kept conflicting (``errors.is_retryable_error``) → 503;
+    * anything else → 500 with ``{"detail", "error_type", "traceback"}`` (the reference shape).
     """
     name = type(exc).__name__
+    if isinstance(exc, InputDomainError):
+        return 400, {"detail": str(exc), "error_type": name, "field": exc.field}
     if isinstance(exc, pydantic.ValidationError):
         return 400, {"detail": str(exc), "error_type": name}
     if isinstance(exc, (ValueError, TypeError, OverflowError)):
         return 400, {"detail": str(exc) or name, "error_type": name}
+    if isinstance(exc, SpansEvictedError):
+        return 410, {"detail": str(exc), "error_type": name}
+    if is_data_error(exc):
+        return 400, {"detail": f"The database rejected a value of the request: {exc}", "error_type": name}
+    if is_retryable_error(exc):
+        return 503, {"detail": f"The store is temporarily unavailable, retry later: {exc}", "error_type": name}
     return 500, {
         "detail": "Internal server error",
         "error_type": name,
@@ -318,6 +350,33 @@ def _mount_dashboard(app: FastAPI, directory: Path) -> None:
         return JSONResponse({"detail": "Not Found"}, status_code=404)
 
 
+_OTLP_OPENAPI: Dict[str, Any] = {
+    "parameters": [
+        {
+            "name": "Content-Encoding",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "enum": ["gzip", "deflate", "identity"]},
+            "description": "Compression of the body; it is inflated up to the body limit (413 beyond, 415 for others).",
+        }
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+            "application/json": {"schema": {"type": "object"}},
+        },
+        "description": "An ExportTraceServiceRequest (protobuf, or OTLP JSON with hex ids).",
+    },
+    "responses": {
+        "400": {"description": "Undecodable body, unsupported content type, or spans the store rejects"},
+        "413": {"description": "The body (after decompression) is larger than the body limit"},
+        "415": {"description": "Unsupported Content-Encoding"},
+    },
+}
+"""OpenAPI description of ``POST /v1/traces`` (the route reads its raw body itself)."""
+
+
 def build_app(server: LightningStoreServer) -> FastAPI:
     """Create the FastAPI app of ``server`` (routes call ``server.<method>`` → ``server.store.<method>``)."""
     from .server_export import add_export_routes
@@ -334,9 +393,17 @@ def build_app(server: LightningStoreServer) -> FastAPI:
             server.add_many_spans,
             server.get_many_span_sequence_ids,
             add_many_spans_assigning_ids=server.add_many_spans_assigning_ids,
+            max_body_bytes=server._max_body_bytes,
         )
 
-    app.add_api_route("/v1/traces", otlp_traces, methods=["POST"], name="otlp_traces")
+    app.add_api_route(
+        "/v1/traces",
+        otlp_traces,
+        methods=["POST"],
+        name="otlp_traces",
+        summary="OTLP/HTTP trace export",
+        openapi_extra=_OTLP_OPENAPI,
+    )
     for signal in ("metrics", "logs", "development/profiles"):
 
         async def otlp_unsupported() -> Response:
@@ -362,6 +429,10 @@ def build_app(server: LightningStoreServer) -> FastAPI:
         _mount_dashboard(app, directory)
     else:
         logger.error("Dashboard build not found in %s; the dashboard is not served.", directory)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_exception_handler(request: Request, exc: RequestValidationError) -> Response:
+        return Response(validation_error_body(exc.errors()), status_code=422, media_type="application/json")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_exception_handler(request: Request, exc: StarletteHTTPException) -> Response:

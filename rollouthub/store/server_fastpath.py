@@ -47,6 +47,7 @@ from .client_server import (
     UpdateWorkerRequest,
     WaitForRolloutsRequest,
 )
+from .domains import InputDomainError
 from .server_app import (
     ASGIApp,
     Message,
@@ -592,7 +593,10 @@ class FrontDoor:
             except ClientGone as gone:  # FastAPI decides what a partial body means
                 await exchange.replay(self.app, gone.body)
                 return None
-            request = self._parse(route, body, content_type)
+            try:
+                request = self._parse(route, body, content_type)
+            except InputDomainError as exc:  # raised by the request model's own validator
+                raise await self._map_error(exchange, exc) from exc
             if request is _FALLBACK:
                 await exchange.replay(self.app, body)
                 return None
@@ -677,6 +681,7 @@ class FrontDoor:
                 server.add_many_spans,
                 server.get_many_span_sequence_ids,
                 add_many_spans_assigning_ids=server.add_many_spans_assigning_ids,
+                max_body_bytes=limit,
             )
         except BodyTooLarge:
             return await self._too_large(exchange)

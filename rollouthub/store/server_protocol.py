@@ -19,6 +19,12 @@ so then every request takes the bridge.
 
 WebSocket upgrades are not supported (the store has no WebSocket route): like uvicorn without a WebSocket library, the
 request is answered as plain HTTP (and the connection closed afterwards).
+
+Slow and oversized request heads (beyond uvicorn's own httptools protocol, which bounds neither): the idle timer runs
+from the moment the connection opens or answers a response until the next request's head is complete, so a client
+that opens a connection and never completes its headers is closed after ``timeout_keep_alive`` seconds; a request head
+(request line and headers) larger than ``config.h11_max_incomplete_event_size`` bytes (uvicorn's head limit of its h11
+protocol; :data:`DEFAULT_MAX_HEAD_BYTES` when unset) is answered 431 and the connection closed.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ access_logger = logging.getLogger("uvicorn.access")
 
 HIGH_WATER_LIMIT = 65536
 """Buffered request body (ASGI bridge) above which reading pauses until the app calls ``receive()``."""
+
+DEFAULT_MAX_HEAD_BYTES = 65536
+"""Largest request head (request line + headers) when ``config.h11_max_incomplete_event_size`` is not set."""
 
 _HEADER_NAME_RE = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 _HEADER_VALUE_RE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
@@ -119,6 +128,7 @@ class _ServerContext:
         self.asgi_version: str = config.asgi_version
         self.limit_concurrency: Optional[int] = config.limit_concurrency
         self.timeout_keep_alive: float = config.timeout_keep_alive
+        self.max_head_bytes: int = getattr(config, "h11_max_incomplete_event_size", None) or DEFAULT_MAX_HEAD_BYTES
         self.reset_contextvars = bool(getattr(config, "reset_contextvars", False))
         self._proxy_headers = bool(config.proxy_headers)
         self._forwarded_allow_ips = config.forwarded_allow_ips
@@ -188,6 +198,10 @@ class HttpProtocol(asyncio.Protocol):
         "drain_waiters",
         "idle_since",
         "keep_alive_handle",
+        "in_head",
+        "head_bytes",
+        "head_parsed",
+        "heads_done",
     )
 
     def __init__(self, ctx: _ServerContext, app_state: Any, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
@@ -215,6 +229,10 @@ class HttpProtocol(asyncio.Protocol):
         self.drain_waiters: List[asyncio.Future[None]] = []
         self.idle_since: Optional[float] = None
         self.keep_alive_handle: Optional[asyncio.TimerHandle] = None
+        self.in_head = True  # the bytes arriving belong to a request head (request line and headers)
+        self.head_bytes = 0  # bytes received while the head is incomplete (a huge header is buffered by the parser)
+        self.head_parsed = 0  # bytes of the request line and headers parsed so far
+        self.heads_done = 0  # request heads completed on this connection
 
     # -- connection ----------------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -224,6 +242,7 @@ class HttpProtocol(asyncio.Protocol):
         self.server = get_local_addr(transport)  # type: ignore[arg-type]
         self.client = get_remote_addr(transport)  # type: ignore[arg-type]
         self.scheme = "https" if is_ssl(transport) else "http"  # type: ignore[arg-type]
+        self._arm_idle_timer()  # a client must complete its first request head within the keep-alive timeout
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Unregister; requests still waiting for their body or response see a disconnect."""
@@ -243,11 +262,15 @@ class HttpProtocol(asyncio.Protocol):
         """Half-closed by the client: keep answering what was received (the transport closes afterwards)."""
 
     def data_received(self, data: bytes) -> None:
-        """Feed the parser; a malformed request is answered with 400 and the connection closed."""
-        self.idle_since = None
+        """Feed the parser; a malformed request is answered with 400, an oversized head with 431, and the connection
+        closed."""
+        in_head, heads_done = self.in_head, self.heads_done
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
+            if self.head_parsed > self.ctx.max_head_bytes:  # raised by on_url / on_header
+                self._head_too_large()
+                return
             message = "Invalid HTTP request received."
             logger.warning(message)
             self._send_400(message)
@@ -260,17 +283,32 @@ class HttpProtocol(asyncio.Protocol):
                 self.pause_reading()  # nothing after the upgrade request is read
             else:
                 self.transport.close()
+            return
+        if in_head and self.in_head and heads_done == self.heads_done:  # all of ``data`` belongs to one head
+            self.head_bytes += len(data)
+            if self.head_bytes > self.ctx.max_head_bytes and not self.transport.is_closing():
+                self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        logger.warning("Request head larger than %d bytes; closing the connection.", self.ctx.max_head_bytes)
+        self._send_error(431, "Request header fields too large.")
 
     def _send_400(self, message: str) -> None:
+        self._send_error(400, message)
+
+    def _send_error(self, status: int, message: str) -> None:
         body = message.encode("ascii")
         head = b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n" % len(body)
-        self.transport.write(STATUS_LINE[400] + self.ctx.default_headers() + head + _CLOSE + b"\r\n" + body)
+        self.transport.write(STATUS_LINE[status] + self.ctx.default_headers() + head + _CLOSE + b"\r\n" + body)
         self.transport.close()
 
     # -- parser callbacks ----------------------------------------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
         """Collect the request target (it may arrive in pieces)."""
         self.url += url
+        self.head_parsed += len(url)
+        if self.head_parsed > self.ctx.max_head_bytes:
+            raise ValueError("request head too large")  # httptools aborts parsing; data_received answers 431
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """Collect a header (name lower-cased, trailing whitespace of the value removed as RFC 9110 requires)."""
@@ -279,9 +317,21 @@ class HttpProtocol(asyncio.Protocol):
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100 = True
         self.headers.append((name, value))
+        self.head_parsed += len(name) + len(value) + 4
+        if self.head_parsed > self.ctx.max_head_bytes:
+            raise ValueError("request head too large")  # httptools aborts parsing; data_received answers 431
+
+    def on_message_begin(self) -> None:
+        """A request head begins."""
+        self.in_head = True
+        self.head_parsed = 0
 
     def on_headers_complete(self) -> None:
         """Create the request; start it, or queue it behind the one being answered (pipelining)."""
+        self.in_head = False
+        self.head_bytes = 0
+        self.heads_done += 1
+        self.idle_since = None
         parser = self.parser
         ctx = self.ctx
         url = self.url
@@ -413,12 +463,17 @@ class HttpProtocol(asyncio.Protocol):
         if self.pipeline:
             self._start(*self.pipeline.pop())
         else:
-            self.idle_since = self.loop.time()
-            if self.keep_alive_handle is None:
-                self.keep_alive_handle = self.loop.call_later(self.ctx.timeout_keep_alive, self._keep_alive_expired)
+            self._arm_idle_timer()
+
+    def _arm_idle_timer(self) -> None:
+        """Start counting idle time: waiting for the next request head (after connecting or answering a response)."""
+        self.idle_since = self.loop.time()
+        if self.keep_alive_handle is None:
+            self.keep_alive_handle = self.loop.call_later(self.ctx.timeout_keep_alive, self._keep_alive_expired)
 
     def _keep_alive_expired(self) -> None:
-        # One timer per connection, re-armed only while the connection stays idle (not once per request).
+        # One timer per connection, re-armed only while the connection stays idle (not once per request). Bytes of an
+        # incomplete request head do not make a connection busy: only a complete head does (``on_headers_complete``).
         self.keep_alive_handle = None
         idle_since = self.idle_since
         if idle_since is None or self.active is not None or self.transport.is_closing():

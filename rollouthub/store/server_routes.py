@@ -48,12 +48,14 @@ from .client_server import (
     WaitForRolloutsRequest,
 )
 from .collection.base import model_field_names
+from .domains import MAX_OFFSET, MAX_PAGE_SIZE, check_text, check_value
 
 if TYPE_CHECKING:
     from .client_server import LightningStoreServer
 
 __all__ = [
     "build_router",
+    "check_params",
     "validate_pagination",
     "NAMED_RESOURCES",
     "dump_json",
@@ -107,7 +109,8 @@ def validate_pagination(
     offset: int,
     filter_logic: Optional[str] = None,
 ) -> None:
-    """Apply store.md 11.5 in order, raising ``HTTPException(400)`` on the first violation."""
+    """Apply store.md 11.5 in order, raising ``HTTPException(400)`` on the first violation (plus the page-size and
+    offset bounds of :mod:`rollouthub.store.domains`)."""
     if sort_by is not None and sort_by not in model_field_names(model):
         allowed = ", ".join(model.model_fields)
         raise HTTPException(400, f"Invalid sort_by: {sort_by}, allowed fields are: {allowed}")
@@ -115,10 +118,25 @@ def validate_pagination(
         raise HTTPException(400, f"Invalid sort_order: {sort_order}, must be 'asc' or 'desc'")
     if limit == 0 or limit < -1:
         raise HTTPException(400, "Limit must be greater than 0 or -1 for no limit")
+    if limit > MAX_PAGE_SIZE:
+        raise HTTPException(400, f"limit must be at most {MAX_PAGE_SIZE} (or -1 for no limit); got {limit}")
     if offset < 0:
         raise HTTPException(400, "Offset must be greater than or equal to 0")
+    if offset > MAX_OFFSET:
+        raise HTTPException(400, f"offset must be at most {MAX_OFFSET}; got {offset}")
     if filter_logic is not None and filter_logic not in ("and", "or"):
         raise HTTPException(400, f"Invalid filter_logic: {filter_logic}, must be 'and' or 'or'")
+
+
+def check_params(**params: Any) -> None:
+    """Apply the text domain (:func:`~rollouthub.store.domains.check_text`) to path and query parameters: a string, a
+    list of strings or ``None`` each; :class:`~rollouthub.store.domains.InputDomainError` names the parameter."""
+    for name, value in params.items():
+        if isinstance(value, str):
+            check_text(value, name)
+        elif value is not None:
+            for item in value:
+                check_text(item, name)
 
 
 def _reject_nulls(request: BaseModel, fields: Sequence[str]) -> None:
@@ -150,6 +168,8 @@ async def op_dequeue(
         limit, worker_id, timeout = request.limit, request.worker_id, request.timeout
     if timeout and limit != 1:
         raise HTTPException(400, "timeout is only supported with limit 1")
+    if limit > MAX_PAGE_SIZE:
+        raise HTTPException(400, f"limit must be at most {MAX_PAGE_SIZE}; got {limit}")
     if limit <= 0:
         return b"[]"
     if limit == 1:
@@ -196,6 +216,7 @@ async def op_start_rollout(server: LightningStoreServer, request: RolloutRequest
 
 async def op_get_rollout_by_id(server: LightningStoreServer, rollout_id: str) -> bytes:
     """``GET /rollouts/{rollout_id}``: the rollout (with its latest attempt when it has one) or ``null``."""
+    check_text(rollout_id, "rollout_id")
     return _dump(await server.get_rollout_by_id(rollout_id))
 
 
@@ -225,6 +246,7 @@ async def op_search_rollouts(server: LightningStoreServer, request: QueryRollout
 
 async def op_query_attempts(server: LightningStoreServer, rollout_id: str, request: QueryAttemptsRequest) -> bytes:
     """``GET /rollouts/{rollout_id}/attempts`` and ``POST …/attempts/search``: pagination check, ``query_attempts``."""
+    check_text(rollout_id, "rollout_id")
     validate_pagination(
         Attempt, sort_by=request.sort_by, sort_order=request.sort_order, limit=request.limit, offset=request.offset
     )
@@ -242,6 +264,7 @@ async def op_update_attempt(
     server: LightningStoreServer, rollout_id: str, attempt_id: str, request: UpdateAttemptRequest
 ) -> bytes:
     """``POST /rollouts/{rollout_id}/attempts/{attempt_id}`` with presence semantics (explicit nulls → 400)."""
+    check_params(rollout_id=rollout_id, attempt_id=attempt_id)
     fields = request.model_fields_set
     if fields:
         _reject_nulls(request, ("status", "worker_id", "last_heartbeat_time", "metadata"))
@@ -259,6 +282,7 @@ async def op_update_worker(
     server: LightningStoreServer, worker_id: str, request: Optional[UpdateWorkerRequest]
 ) -> bytes:
     """``POST /workers/{worker_id}``: absent body/field → heartbeat only; ``heartbeat_stats: null`` → 400."""
+    check_text(worker_id, "worker_id")
     stats: Any = UNSET
     if request is not None and "heartbeat_stats" in request.model_fields_set:
         if request.heartbeat_stats is None:
@@ -269,11 +293,14 @@ async def op_update_worker(
 
 async def op_add_resources(server: LightningStoreServer, resources: NamedResources) -> bytes:
     """``POST /resources`` (answered with 201): store a new snapshot."""
+    check_value(resources)
     return _dump(await server.add_resources(resources))
 
 
 async def op_update_resources(server: LightningStoreServer, resources_id: str, resources: NamedResources) -> bytes:
     """``POST /resources/{resources_id}``: create or update the snapshot with this id."""
+    check_text(resources_id, "resources_id")
+    check_value(resources)
     return _dump(await server.update_resources(resources_id, resources))
 
 
@@ -284,11 +311,13 @@ async def op_get_latest_resources(server: LightningStoreServer) -> bytes:
 
 async def op_get_resources_by_id(server: LightningStoreServer, resources_id: str) -> bytes:
     """``GET /resources/{resources_id}``: the snapshot or ``null``."""
+    check_text(resources_id, "resources_id")
     return _dump(await server.get_resources_by_id(resources_id))
 
 
 async def op_add_span(server: LightningStoreServer, span: Span) -> bytes:
     """``POST /spans`` (answered with 201; ``null`` for a duplicate)."""
+    check_value(span)
     stored = await server.add_span(span)
     return _dump(stored) if stored is not None else b"null"
 
@@ -380,6 +409,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
         filter_logic: Literal["and", "or"] = "and",
     ) -> Response:
         """Query rollouts with filters, sorting and pagination (query parameters)."""
+        check_params(rollout_id_in=rollout_id_in, rollout_id_contains=rollout_id_contains)
         validate_pagination(
             Rollout, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset, filter_logic=filter_logic
         )
@@ -408,6 +438,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/rollouts/{rollout_id}", response_model=Rollout)
     async def update_rollout(rollout_id: str, request: UpdateRolloutRequest) -> Response:
         """Update the fields present in the body (``null`` clears input/mode/resources_id/metadata)."""
+        check_text(rollout_id, "rollout_id")
         _reject_nulls(request, ("status", "config"))
         rollout = await server.update_rollout(
             rollout_id,
@@ -424,6 +455,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.post("/rollouts/{rollout_id}/attempts", status_code=201, response_model=AttemptedRollout)
     async def start_attempt(rollout_id: str, request: Optional[StartAttemptRequest] = None) -> Response:
         """Start a new attempt of a rollout outside the queue; 201."""
+        check_text(rollout_id, "rollout_id")
         worker_id = request.worker_id if request is not None else None
         return _json(await server.start_attempt(rollout_id, worker_id=worker_id), 201)
 
@@ -436,6 +468,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
         sort_order: Literal["asc", "desc"] = "asc",
     ) -> Response:
         """Attempts of a rollout (query parameters)."""
+        check_text(rollout_id, "rollout_id")
         validate_pagination(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
         result = await server.query_attempts(
             rollout_id, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
@@ -450,6 +483,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.get("/rollouts/{rollout_id}/attempts/latest", response_model=Optional[Attempt])
     async def get_latest_attempt(rollout_id: str) -> Response:
         """The latest attempt of a rollout, or ``null``."""
+        check_text(rollout_id, "rollout_id")
         return _json(await server.get_latest_attempt(rollout_id))
 
     @router.post("/rollouts/{rollout_id}/attempts/{attempt_id}", response_model=Attempt)
@@ -469,6 +503,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
         filter_logic: Literal["and", "or"] = "and",
     ) -> Response:
         """Query workers (query parameters)."""
+        check_params(worker_id_contains=worker_id_contains)
         validate_pagination(
             Worker, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset, filter_logic=filter_logic
         )
@@ -508,6 +543,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
     @router.get("/workers/{worker_id}", response_model=Optional[Worker])
     async def get_worker(worker_id: str) -> Response:
         """One worker, or ``null``."""
+        check_text(worker_id, "worker_id")
         return _json(await server.get_worker_by_id(worker_id))
 
     @router.post("/workers/{worker_id}", response_model=Worker)
@@ -532,6 +568,7 @@ def build_router(server: LightningStoreServer, prefix: str = "") -> APIRouter:
         sort_order: Literal["asc", "desc"] = "asc",
     ) -> Response:
         """Query resource snapshots."""
+        check_params(resources_id=resources_id, resources_id_contains=resources_id_contains)
         validate_pagination(ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
         result = await server.query_resources(
             resources_id=resources_id,

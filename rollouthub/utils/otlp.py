@@ -1,28 +1,40 @@
 """OTLP/HTTP trace ingestion for the store server and the client-side exporter (store.md 11.7).
 
 Server side: :func:`handle_otlp_export` accepts ``application/x-protobuf`` (primary, as the reference) and -- an
-extension -- OTLP JSON (``application/json``, hex trace/span ids as in the OTLP specification). Bodies may be gzip
-compressed. Every malformed payload is answered with HTTP 400 and a ``google.rpc.Status`` body (protobuf or JSON,
-following the request's content type) naming the problem; it never turns into a 500.
+extension -- OTLP JSON (``application/json``, hex trace/span ids as in the OTLP specification). Bodies may be
+compressed (``Content-Encoding: gzip`` or ``deflate``); they are inflated incrementally and never beyond the server's
+body limit (:func:`inflate`: 413 above it, 415 for another encoding), in slices that let the event loop serve other
+requests in between. Every malformed payload is answered with HTTP 400 and a ``google.rpc.Status`` body (protobuf or
+JSON, following the request's content type) naming the problem; it never turns into a 500. Spans must lie in the store's
+input domains (:mod:`rollouthub.store.domains`: no NUL characters or lone surrogates in any text, bounded JSON nesting).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
 import logging
+import weakref
 import zlib
-from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from rollouthub.semconv import LightningResourceAttributes
+from rollouthub.store.domains import MAX_SEQUENCE_ID, find_problem
+from rollouthub.store.errors import is_data_error, is_retryable_error
 from rollouthub.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus, convert_timestamp
 
 __all__ = [
     "PROTOBUF_CT",
     "JSON_CT",
     "OTLPPayloadError",
+    "OTLPPayloadTooLarge",
+    "OTLPUnsupportedEncoding",
     "OTLPExportResult",
+    "INFLATE_SLICE_BYTES",
+    "inflate",
+    "inflate_async",
     "export_otlp",
     "handle_otlp_export",
     "parse_otlp_traces",
@@ -49,7 +61,113 @@ AssigningSpanSink = Callable[[Sequence[Span], Sequence[bool]], Awaitable[Any]]
 
 
 class OTLPPayloadError(ValueError):
-    """The OTLP request could not be decoded (bad gzip, bad protobuf, bad JSON)."""
+    """The OTLP request could not be decoded (bad gzip, bad protobuf, bad JSON) or holds values outside the store's
+    input domains (answered with 400)."""
+
+
+class OTLPPayloadTooLarge(OTLPPayloadError):
+    """The decompressed body is larger than the server's body limit (answered with 413)."""
+
+
+class OTLPUnsupportedEncoding(OTLPPayloadError):
+    """The ``Content-Encoding`` is not one the server inflates (answered with 415)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bounded decompression
+# ---------------------------------------------------------------------------------------------------------------------
+
+INFLATE_SLICE_BYTES = 1 << 20
+"""Output produced per inflate step; :func:`inflate_async` lets the event loop run between steps."""
+
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+"""zlib window bits per accepted ``Content-Encoding`` (gzip container; zlib container for ``deflate``)."""
+
+SUPPORTED_ENCODINGS = ("gzip", "deflate", "identity")
+
+
+def _inflate_steps(body: bytes, content_encoding: Optional[str], limit: int) -> Iterator[bytes]:
+    """Inflate ``body`` in slices of at most :data:`INFLATE_SLICE_BYTES`, never producing more than ``limit`` bytes
+    (``<= 0``: no limit); concatenated gzip members are inflated one after the other."""
+    coding = (content_encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        if 0 < limit < len(body):
+            raise OTLPPayloadTooLarge(f"Request body too large (limit {limit} bytes)")
+        yield body
+        return
+    wbits = _WBITS.get(coding)
+    if wbits is None:
+        raise OTLPUnsupportedEncoding(
+            f"Unsupported Content-Encoding '{content_encoding}', expected one of: {', '.join(SUPPORTED_ENCODINGS)}"
+        )
+    produced = 0
+    data = body
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        pending = data
+        while True:
+            step = INFLATE_SLICE_BYTES if limit <= 0 else min(INFLATE_SLICE_BYTES, limit - produced + 1)
+            try:
+                chunk = inflater.decompress(pending, step)
+            except zlib.error as exc:
+                raise OTLPPayloadError(f"Unable to decompress {coding} OTLP traces payload: {exc}") from exc
+            produced += len(chunk)
+            if 0 < limit < produced:
+                raise OTLPPayloadTooLarge(f"Request body too large after {coding} decompression (limit {limit} bytes)")
+            if chunk:
+                yield chunk
+            pending = inflater.unconsumed_tail
+            # A full slice may leave output inside zlib even when all input was consumed: ask again until it is not full.
+            if inflater.eof or (not pending and len(chunk) < step):
+                break
+        if not inflater.eof:
+            if not data:
+                return  # an empty body is an empty payload
+            raise OTLPPayloadError(f"Unable to decompress {coding} OTLP traces payload: the stream is truncated")
+        data = inflater.unused_data
+        if wbits != 31 or not data:
+            return
+
+
+def inflate(body: bytes, content_encoding: Optional[str], limit: int = 0) -> bytes:
+    """``body`` decoded according to ``content_encoding`` (``gzip``, ``deflate``, ``identity`` or none).
+
+    Raises :class:`OTLPPayloadTooLarge` as soon as the output would exceed ``limit`` bytes (``<= 0``: no limit), so a
+    compression bomb costs at most ``limit`` bytes of memory and the time to produce them;
+    :class:`OTLPUnsupportedEncoding` for another encoding, :class:`OTLPPayloadError` for a corrupt stream.
+    """
+    return b"".join(_inflate_steps(body, content_encoding, limit))
+
+
+_LARGE_INFLATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _large_inflate_lock() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    lock = _LARGE_INFLATES.get(loop)
+    if lock is None:
+        lock = _LARGE_INFLATES[loop] = asyncio.Lock()
+    return lock
+
+
+async def inflate_async(body: bytes, content_encoding: Optional[str], limit: int = 0) -> bytes:
+    """:func:`inflate` that yields to the event loop between slices (one slice inflates at most
+    :data:`INFLATE_SLICE_BYTES`, about a millisecond), so other requests are served during a large inflate.
+
+    Bodies that inflate beyond one slice take turns (one at a time per event loop): concurrent compression bombs then
+    hold the memory of one body limit, not of one per request."""
+    steps = _inflate_steps(body, content_encoding, limit)
+    first = next(steps, b"")
+    second = next(steps, None)
+    if second is None:
+        return first
+    chunks = [first, second]
+    del first, second
+    async with _large_inflate_lock():
+        for chunk in steps:
+            await asyncio.sleep(0)
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -83,18 +201,20 @@ def _hex_ids_to_base64(value: Any) -> Any:
     return value
 
 
-def parse_otlp_traces(body: bytes, content_type: str = PROTOBUF_CT, content_encoding: Optional[str] = None) -> Any:
+def parse_otlp_traces(
+    body: bytes, content_type: str = PROTOBUF_CT, content_encoding: Optional[str] = None, limit: int = 0
+) -> Any:
     """Decode an OTLP traces request body into an ``ExportTraceServiceRequest``.
 
-    Raises :class:`OTLPPayloadError` with a descriptive message when the body cannot be decoded.
+    ``body`` is inflated first when ``content_encoding`` says so (never beyond ``limit`` bytes, see :func:`inflate`).
+    Raises :class:`OTLPPayloadError` (or a subclass) with a descriptive message when the body cannot be decoded, or
+    an OTLP JSON body holds a value outside the store's input domains (NUL, lone surrogate, non-finite number, nesting
+    deeper than ``MAX_JSON_DEPTH``).
     """
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    if content_encoding and content_encoding.strip().lower() == "gzip":
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise OTLPPayloadError(f"Unable to decompress gzip OTLP traces payload: {exc}") from exc
+    if content_encoding:
+        body = inflate(body, content_encoding, limit)
     message = ExportTraceServiceRequest()
     if not body:
         return message
@@ -103,10 +223,17 @@ def parse_otlp_traces(body: bytes, content_type: str = PROTOBUF_CT, content_enco
 
         try:
             data = json.loads(body)
+        except RecursionError as exc:
+            raise OTLPPayloadError(
+                "Unable to parse OTLP traces payload: the JSON exceeds the maximum nesting depth"
+            ) from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise OTLPPayloadError(f"Unable to parse OTLP traces payload: invalid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise OTLPPayloadError("Unable to parse OTLP traces payload: the JSON body must be an object")
+        problem = find_problem(data)
+        if problem is not None:
+            raise OTLPPayloadError(f"Invalid OTLP traces payload: {problem[0]}: {problem[1]}")
         try:
             json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
@@ -193,15 +320,22 @@ def _parse_sequence_id(value: Any) -> Optional[int]:
     if parsed < 0:
         logger.error("Ignoring negative span sequence id %r in OTLP payload", value)
         return None
+    if parsed > MAX_SEQUENCE_ID:
+        logger.error("Ignoring span sequence id %r above %d in OTLP payload", value, MAX_SEQUENCE_ID)
+        return None
     return parsed
 
 
-def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
+def decode_spans(request: Any, rejected: Optional[List[str]] = None) -> Tuple[List[Span], List[bool]]:
     """Convert an ``ExportTraceServiceRequest`` into store spans and, per span, whether it still needs a sequence id.
 
     Spans without a rollout or attempt id are skipped. A span without a valid ``agentlightning.span_sequence_id``
-    attribute carries the placeholder ``sequence_id=0`` and the flag ``True``: the caller allocates its id (see
-    :func:`spans_from_proto`, or ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit).
+    attribute (not an integer, negative, or above ``MAX_SEQUENCE_ID``) carries the placeholder ``sequence_id=0`` and
+    the flag ``True``: the caller allocates its id (see :func:`spans_from_proto`, or
+    ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit). A span holding a value outside
+    the store's input domains (e.g. a NUL character in its name or an attribute) raises :class:`OTLPPayloadError` --
+    or, when a ``rejected`` list is given, is left out and the reason appended to that list (once per span; a bad
+    resource rejects all of its spans).
     """
     spans: List[Span] = []
     missing: List[bool] = []
@@ -212,6 +346,12 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
         resource_attempt = resource_attrs.get(AGL_ATTEMPT_ID)
         resource_seq = resource_attrs.get(AGL_SPAN_SEQUENCE_ID)
         resource = OtelResource(attributes=resource_attrs, schema_url=resource_spans.schema_url or "")
+        problem = _domain_problem(resource, "resource", None)  # once: every span of this resource shares it
+        if problem is not None:
+            if rejected is None:
+                raise OTLPPayloadError(problem)
+            rejected.extend(problem for scope in resource_spans.scope_spans for _ in scope.spans)
+            continue
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attrs = _attributes(span.attributes)
@@ -274,11 +414,44 @@ def decode_spans(request: Any) -> Tuple[List[Span], List[bool]]:
                         }
                     )
                 )
+                problem = _span_problem(spans[-1], span.name)
+                if problem is not None:
+                    if rejected is None:
+                        raise OTLPPayloadError(problem)
+                    spans.pop()
+                    rejected.append(problem)
+                    continue
                 missing.append(sequence_id is None)
     return spans, missing
 
 
 _SPAN_VALIDATOR = Span.__pydantic_validator__.validate_python
+_NUL = "\x00"
+
+
+def _domain_problem(value: Any, field: str, span_name: Optional[str]) -> Optional[str]:
+    """Why ``value`` (a part of a decoded span, or its resource when ``span_name`` is ``None``) lies outside the
+    store's input domains, or ``None``."""
+    problem = find_problem(value, field)
+    if problem is None:
+        return None
+    where = "Invalid OTLP resource" if span_name is None else f"Invalid OTLP span {span_name!r}"
+    return f"{where}: {problem[0]}: {problem[1]}"
+
+
+def _span_problem(stored: Span, span_name: str) -> Optional[str]:
+    """:func:`_domain_problem` of a decoded span's own parts (ids are hex; the shared resource is checked apart)."""
+    name, description = stored.name, stored.status.description
+    if _NUL in name or not name.isascii():
+        problem = _domain_problem(name, "name", span_name)
+        if problem is not None:
+            return problem
+    problem = _domain_problem(stored.attributes, "attributes", span_name)
+    if problem is None and description and (_NUL in description or not description.isascii()):
+        problem = _domain_problem(description, "status.description", span_name)
+    if problem is None and (stored.events or stored.links):
+        problem = _domain_problem([stored.events, stored.links], "events/links", span_name)
+    return problem
 
 
 async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulkIssuer) -> List[Span]:
@@ -304,12 +477,13 @@ async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulk
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _status_body(message: str, as_json: bool) -> bytes:
+def _status_body(message: str, as_json: bool, code: int = 3) -> bytes:
+    """A ``google.rpc.Status`` (``code`` 3: INVALID_ARGUMENT, 8: RESOURCE_EXHAUSTED) as protobuf or JSON."""
     if as_json:
-        return json.dumps({"code": 3, "message": message}).encode()
+        return json.dumps({"code": code, "message": message}).encode()
     from google.rpc.status_pb2 import Status
 
-    return bytes(Status(code=3, message=message).SerializeToString())
+    return bytes(Status(code=code, message=message).SerializeToString())
 
 
 class OTLPExportResult(NamedTuple):
@@ -346,6 +520,23 @@ def _empty_proto_response() -> bytes:
     return _EMPTY_PROTO_RESPONSE
 
 
+OFFLOAD_BYTES = 1 << 20
+"""Decoded bodies at least this large are parsed and converted to spans in a worker thread, so that the event loop
+keeps serving other requests meanwhile."""
+
+
+def _decode_request(
+    body: bytes, content_type: str, convert: bool, rejected: List[str]
+) -> Tuple[Any, List[Span], List[bool]]:
+    """Parse a decoded body; with ``convert``, also turn it into spans and their needs-an-id flags (spans outside the
+    input domains are left out, their reasons appended to ``rejected``)."""
+    parsed = parse_otlp_traces(body, content_type)
+    if not convert:
+        return parsed, [], []
+    spans, missing = decode_spans(parsed, rejected)
+    return parsed, spans, missing
+
+
 async def export_otlp(
     content_type: Optional[str],
     content_encoding: Optional[str],
@@ -355,13 +546,17 @@ async def export_otlp(
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
     *,
     add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
+    max_body_bytes: int = 0,
 ) -> OTLPExportResult:
     """Handle an OTLP/HTTP traces export independently of the web framework (store.md 11.7).
 
     ``content_type``/``content_encoding``/``accept_encoding`` are the raw request header values (``None`` when
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
-    ``ExportTraceServiceResponse``, or 400 with a ``google.rpc.Status`` for an unsupported content type, an undecodable
-    body or spans the store rejects. Exceptions of ``read_body`` and unexpected store errors propagate.
+    ``ExportTraceServiceResponse`` -- or with ``partial_success`` (rejected count and the first reason) when some spans
+    lie outside the store's input domains and the others were stored; 400 with a ``google.rpc.Status`` for an
+    unsupported content type, an undecodable body, spans the store rejects, or when no span is acceptable; 413 when the body inflates beyond ``max_body_bytes`` (``<= 0``: no limit); 415
+    for an unsupported ``Content-Encoding``; 503 when the database is unavailable (the OTLP exporter retries).
+    Exceptions of ``read_body`` and other store errors propagate.
 
     Spans without a sequence id get one from ``sequence_id_bulk_issuer`` before ``add_many_spans`` stores them; when
     ``add_many_spans_assigning_ids`` (``LightningStore.add_many_spans_assigning_ids``) is given, it stores the spans
@@ -376,12 +571,23 @@ async def export_otlp(
     media_type = JSON_CT if as_json else PROTOBUF_CT
     body = await read_body()
     missing: List[bool] = []
+    rejected: List[str] = []
+    convert = add_many_spans_assigning_ids is not None
     try:
-        parsed = parse_otlp_traces(body, ct, content_encoding)
-        if add_many_spans_assigning_ids is not None:
-            spans, missing = decode_spans(parsed)
+        if content_encoding:
+            body = await inflate_async(body, content_encoding, max_body_bytes)
+        if len(body) >= OFFLOAD_BYTES:
+            parsed, spans, missing = await asyncio.to_thread(_decode_request, body, ct, convert, rejected)
         else:
+            parsed, spans, missing = _decode_request(body, ct, convert, rejected)
+        if not convert:
             spans = await spans_from_proto(parsed, sequence_id_bulk_issuer)
+        if rejected and not spans:  # nothing acceptable: the request as a whole is invalid
+            raise OTLPPayloadError(_rejection_message(rejected))
+    except OTLPPayloadTooLarge as exc:
+        return _result(_status_body(str(exc), as_json, code=8), 413, media_type, gzip_it)
+    except OTLPUnsupportedEncoding as exc:
+        return _result(_status_body(str(exc), as_json), 415, media_type, gzip_it)
     except OTLPPayloadError as exc:
         return _result(_status_body(str(exc), as_json), 400, media_type, gzip_it)
     except (ValueError, TypeError) as exc:  # includes pydantic.ValidationError
@@ -393,7 +599,35 @@ async def export_otlp(
             await add_many_spans(spans)
     except (ValueError, TypeError) as exc:  # e.g. unknown rollout / attempt
         return _result(_status_body(f"Spans rejected by the store: {exc}", as_json), 400, media_type, gzip_it)
+    except Exception as exc:
+        if is_data_error(exc):
+            return _result(_status_body(f"Spans rejected by the database: {exc}", as_json), 400, media_type, gzip_it)
+        if is_retryable_error(exc):  # 503 is one of the statuses OTLP exporters retry
+            message = f"The store is temporarily unavailable, retry later: {exc}"
+            return _result(_status_body(message, as_json, code=14), 503, media_type, gzip_it)
+        raise
+    if rejected:
+        return _partial_success(len(rejected), _rejection_message(rejected), as_json, gzip_it)
     return _success(as_json, gzip_it)
+
+
+def _rejection_message(rejected: Sequence[str]) -> str:
+    more = f" (and {len(rejected) - 1} more rejected span(s))" if len(rejected) > 1 else ""
+    return rejected[0] + more
+
+
+def _partial_success(count: int, message: str, as_json: bool, gzip_it: bool) -> OTLPExportResult:
+    """200 with ``partial_success`` (OTLP/HTTP): the valid spans were stored, ``count`` were rejected because of
+    ``message``; the exporter logs it and does not retry."""
+    if as_json:
+        body = json.dumps({"partialSuccess": {"rejectedSpans": str(count), "errorMessage": message}}).encode()
+        return _result(body, 200, JSON_CT, gzip_it)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    response = ExportTraceServiceResponse()
+    response.partial_success.rejected_spans = count
+    response.partial_success.error_message = message
+    return _result(bytes(response.SerializeToString()), 200, PROTOBUF_CT, gzip_it)
 
 
 def _success(as_json: bool, gzip_it: bool) -> OTLPExportResult:
@@ -417,6 +651,7 @@ async def handle_otlp_export(
     sequence_id_bulk_issuer: SequenceIdBulkIssuer,
     *,
     add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
+    max_body_bytes: int = 0,
 ) -> Any:
     """Handle ``POST /v1/traces`` for a Starlette ``request`` (see :func:`export_otlp`); returns a Starlette response."""
     from starlette.responses import Response
@@ -430,6 +665,7 @@ async def handle_otlp_export(
         add_many_spans,
         sequence_id_bulk_issuer,
         add_many_spans_assigning_ids=add_many_spans_assigning_ids,
+        max_body_bytes=max_body_bytes,
     )
     extra = {"Content-Encoding": "gzip"} if result.gzipped else {}
     return Response(content=result.body, status_code=result.status_code, media_type=result.media_type, headers=extra)

@@ -98,6 +98,10 @@ class PythonServerLauncherArgs:
     thread_join_timeout: float = 10.0
     process_join_timeout: float = 10.0
     timeout_keep_alive: int = 30
+    limit_concurrency: Optional[int] = None
+    """uvicorn's ``limit_concurrency``: with this many connections (or requests in progress), new requests get 503."""
+    max_header_bytes: Optional[int] = None
+    """uvicorn's ``h11_max_incomplete_event_size``: the largest request head (uvicorn's default when ``None``)."""
 
 
 @contextlib.asynccontextmanager
@@ -301,6 +305,8 @@ class PythonServerLauncher:
             log_level=_uvicorn_log_level(self.args.log_level),
             access_log=self.args.access_log,
             timeout_keep_alive=self.args.timeout_keep_alive,
+            limit_concurrency=self.args.limit_concurrency,
+            h11_max_incomplete_event_size=self.args.max_header_bytes,
             lifespan="off",
             timeout_graceful_shutdown=max(1, int(self.args.process_join_timeout / 2)),
         )

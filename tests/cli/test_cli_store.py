@@ -182,6 +182,22 @@ def test_parser_defaults() -> None:
     assert args.tracker == ["prometheus", "console"] and args.cors_origins == ["a", "b"]
 
 
+def test_limit_flags_defaults_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args([])
+    assert args.memory_limit is None  # --backend memory: min(2 GiB, 25 % of the RAM)
+    assert (args.timeout_keep_alive, args.limit_concurrency, args.max_header_bytes) == (30, 2048, 65536)
+    for argv, message in [
+        (["--backend", "sqlite:///x.db", "--memory-limit", "1G"], "--memory-limit only applies to --backend memory"),
+        (["--backend", "memory", "--memory-limit", "12XB"], "invalid memory limit '12XB'"),
+        (["--backend", "memory", "--memory-limit", "0"], "at least 1 byte"),
+        (["--limit-concurrency", "0"], "--limit-concurrency must be positive"),
+        (["--max-header-bytes", "-1"], "--max-header-bytes must be positive"),
+        (["--timeout-keep-alive", "0"], "--timeout-keep-alive must be positive"),
+    ]:
+        assert cli_main(["store", *argv]) == 2, argv
+        assert message in capsys.readouterr().err
+
+
 def test_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["--help"]) == 0
     assert "store" in capsys.readouterr().out

@@ -419,3 +419,85 @@ def test_estimate_full_span() -> None:
         + sys.getsizeof(context.trace_state)
         + sys.getsizeof("value")
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# memory_limit (rollouthub extension): real-memory accounting, statistics, eviction with SpansEvictedError
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("64MiB", 64 * 2**20), ("64m", 64 * 2**20), ("2G", 2 * 2**30), ("512MB", 512 * 10**6), ("1.5KiB", 1536), (10, 10)],
+)
+def test_parse_memory_limit(value: Any, expected: int) -> None:
+    assert memory_module.parse_memory_limit(value, capacity=1000) == expected
+
+
+def test_parse_memory_limit_share_and_errors() -> None:
+    assert memory_module.parse_memory_limit("25%", capacity=1000) == 250
+    for bad in ("abc", "12XB", "-1", "0", "150%", "0%", 0, True, 1.5):
+        with pytest.raises(ValueError):
+            memory_module.parse_memory_limit(bad, capacity=1000)
+    assert memory_module.default_memory_limit(4 * 2**30) == 2**30
+    assert memory_module.default_memory_limit(64 * 2**30) == 2 * 2**30
+
+
+async def test_memory_limit_sets_the_bound_and_the_accounting(capacity: Any) -> None:
+    capacity(10**9)
+    store = InMemoryLightningStore(memory_limit="1MiB", scan_debounce_seconds=0.0)
+    stats = await store.statistics()
+    assert stats["memory_limit_bytes"] == stats["eviction_threshold_bytes"] == 2**20
+    assert stats["safe_threshold_bytes"] == int(2**20 * 0.8)
+    assert store.memory_limit_bytes == 2**20
+    rollout = await store.start_rollout(input="x")
+    span = make_span(rollout.rollout_id, rollout.attempt.attempt_id, 1, attributes={"k": "v" * 100})
+    await store.add_span(span)
+    assert (await store.statistics())["total_span_bytes"] == memory_module.estimate_memory_bytes(span)
+    with pytest.raises(ValueError, match="give one"):
+        InMemoryLightningStore(memory_limit=100, eviction_memory_threshold=100)
+    assert "memory_limit_bytes" not in await InMemoryLightningStore().statistics()
+
+
+def test_estimate_memory_bytes_tracks_the_real_footprint() -> None:
+    import gc
+    import json
+    import tracemalloc
+
+    bodies = []
+    for index in range(2000):
+        span = make_span(
+            "ro-x", "at-x", index, span_id=f"{index:016x}", attributes={f"key{k}": "v" * 250 for k in range(8)}
+        )
+        bodies.append(span.model_dump_json())
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        spans = [Span.model_validate(json.loads(body)) for body in bodies]
+        gc.collect()
+        real = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    estimated = sum(memory_module.estimate_memory_bytes(span) for span in spans)
+    reference = sum(estimate_model_size(span) for span in spans)
+    assert 0.85 <= estimated / real <= 1.2, (estimated, real)
+    assert reference / real < 0.75  # the reference formula misses a third of the memory
+
+
+async def test_memory_limit_evicts_oldest_rollouts_first(capacity: Any) -> None:
+    from rollouthub.store.base import SpansEvictedError
+
+    capacity(10**9)
+    store = InMemoryLightningStore(memory_limit=30_000, scan_debounce_seconds=0.0)
+    rollouts = [await store.start_rollout(input=i) for i in range(4)]
+    for rollout in rollouts:
+        for seq in range(1, 3):
+            await store.add_span(
+                make_span(rollout.rollout_id, rollout.attempt.attempt_id, seq, attributes={"t": "x" * 2000})
+            )
+    stats = await store.statistics()
+    assert stats["total_span_bytes"] <= 30_000
+    with pytest.raises(SpansEvictedError, match=f"Spans for rollout {rollouts[0].rollout_id} have been evicted"):
+        await store.query_spans(rollouts[0].rollout_id)
+    assert len(await store.query_spans(rollouts[-1].rollout_id)) == 2
