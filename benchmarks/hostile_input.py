@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from http_micro import HealthProber, percentile  # noqa: E402
 from http_micro import _span as micro_span  # noqa: E402
 
+from rollouthub.cli import plain_text  # noqa: E402
 from rollouthub.testing.store_process import StoreProcess  # noqa: E402
 
 GIB = 2**30
@@ -247,7 +248,9 @@ def run_flood(spans: int, per_rollout: int, concurrency: int, memory_limit: str)
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("scenario", nargs="?", choices=["bomb", "flood", "all"], default="all")
     parser.add_argument("--bombs", type=int, default=10, help="bomb: requests sent (default 10)")
     parser.add_argument("--inflated", type=int, default=GIB, help="bomb: inflated size in bytes (default 1 GiB)")

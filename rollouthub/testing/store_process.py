@@ -72,9 +72,17 @@ class StoreProcess:
         )
         deadline = time.monotonic() + startup_timeout
         while not store_is_healthy(self.endpoint):
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            exited = self.process.poll() is not None
+            if exited or time.monotonic() > deadline:
+                self.stop()
+                log = self.log()[-2000:]
                 self.close()
-                raise RuntimeError(f"rollouthub store {' '.join(args)} did not start: {self.log()[-2000:]}")
+                what = (
+                    f"exited early (code {self.process.returncode})"
+                    if exited
+                    else f"did not become healthy within {startup_timeout:.0f}s"
+                )
+                raise RuntimeError(f"rollouthub store {' '.join(args)} {what}: {log}")
             time.sleep(0.05)
 
     def log(self) -> str:
