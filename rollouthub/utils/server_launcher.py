@@ -7,7 +7,7 @@ Design notes (differences from the reference, all documented in ``docs/server.md
   the reference's "Server did not start up within", and contains "address already in use"), logged once, instead of
   waiting for the start-up timeout.
 * uvicorn serves with its ``httptools`` HTTP protocol (and uvloop); with ``max_header_bytes`` set it serves with its
-  ``h11`` protocol instead, the only one of uvicorn's that bounds request heads (431 beyond the limit) -- at roughly
+  ``h11`` protocol instead, the only one of uvicorn's that bounds request heads (400 and close beyond it) -- at roughly
   three times the HTTP CPU per request (``docs/server.md``, "Slow and dawdling clients").
 * ``mp`` mode with ``n_workers > 1`` does not need gunicorn: a supervisor process (forked from the caller) binds
   nothing itself but inherits the pre-bound socket, forks ``n_workers`` uvicorn workers that all accept on that socket
@@ -96,7 +96,7 @@ class PythonServerLauncherArgs:
     limit_concurrency: Optional[int] = None
     """uvicorn's ``limit_concurrency``: with this many connections (or requests in progress), new requests get 503."""
     max_header_bytes: Optional[int] = None
-    """The largest request head (431 beyond it). Set, uvicorn serves with its ``h11`` protocol
+    """The largest request head (400 and close beyond it). Set, uvicorn serves with its ``h11`` protocol
     (``h11_max_incomplete_event_size``); ``None``: its ``httptools`` protocol, which does not bound request heads."""
 
 

@@ -361,6 +361,12 @@ class StoreApp:
             return await self._too_large(send)
         except ClientDisconnect:
             return "499"
+        except asyncio.CancelledError:
+            # uvicorn cancels requests still running when its graceful-shutdown timeout ends: answer them (uvicorn
+            # adds ``connection: close``) with one log line instead of a traceback.
+            logger.warning("Cancelled %s %s before its response was complete (server shutdown)", method, path)
+            await _send(send, 500, b"Internal Server Error", [_TEXT, (b"content-length", b"21")])
+            return "499"
         except Exception as exc:
             return await self._error(send, route, method, path, exc)
         finally:
