@@ -6,7 +6,7 @@ client in :mod:`rollouthub.store.client`, the request/response models of the HTT
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollouthub.types import Span
 
@@ -33,6 +33,9 @@ from .wire import (
     UpdateWorkerRequest,
     WaitForRolloutsRequest,
 )
+
+if TYPE_CHECKING:
+    from .client import LightningStoreClient
 
 __all__ = [
     "API_V1_PREFIX",

@@ -29,7 +29,7 @@ import hmac
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
 from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
@@ -47,10 +47,10 @@ __all__ = ["BodyTooLarge", "Call", "RequestValidationFailed", "StoreApp", "Recei
 
 logger = logging.getLogger("rollouthub.store.server")
 
-Scope = Dict[str, Any]
-Message = Dict[str, Any]
-Receive = Callable[[], Any]
-Send = Callable[[Message], Any]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 _DEBUG = logging.DEBUG
 _perf_counter = time.perf_counter
@@ -221,11 +221,11 @@ class StoreApp:
             tracker.register_histogram(
                 "agl.http.latency", ["path", "method", "status"], buckets=LATENCY_BUCKETS, group_level=2
             )
-        self._inner: Callable[[Scope, Receive, Send], Any] = self._serve
+        self._cors: Optional[Callable[[Scope, Receive, Send], Awaitable[Any]]] = None
         if cors_origins:
             from starlette.middleware.cors import CORSMiddleware
 
-            self._inner = CORSMiddleware(
+            self._cors = CORSMiddleware(
                 self._serve_for_cors,
                 allow_origins=cors_origins,
                 allow_methods=["*"],
@@ -256,16 +256,17 @@ class StoreApp:
                 await _lifespan(receive, send)
             return
         debug = logger.isEnabledFor(_DEBUG)
-        if not debug and self._tracker is None and self._inner == self._serve:
+        cors = self._cors
+        if not debug and self._tracker is None and cors is None:
             await self._serve(scope, receive, send)
             return
         t0 = _perf_counter()
         label = "500"
         try:
-            if self._inner == self._serve:
+            if cors is None:
                 label = await self._serve(scope, receive, send)
             else:
-                await self._inner(scope, receive, send)
+                await cors(scope, receive, send)
                 label = scope.get(_STATUS_KEY, label)
         except asyncio.CancelledError:
             label = "499"

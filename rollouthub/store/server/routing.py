@@ -169,7 +169,7 @@ class Route:
         if self.prefix:
             if len(parts) <= n:  # like Starlette's Mount: "<path>/<anything>" (the bare path is a separate route)
                 return None
-            for (is_param, value), part in zip(segments, parts):
+            for (is_param, value), part in zip(segments, parts, strict=False):
                 if is_param or value != part:
                     return None
             return ()
@@ -179,7 +179,7 @@ class Route:
         elif len(parts) != n:
             return None
         params: List[str] = []
-        for (is_param, value), part in zip(segments, parts):
+        for (is_param, value), part in zip(segments, parts, strict=False):
             if is_param:
                 if not part:
                     return None
