@@ -261,14 +261,10 @@ class Hook(ParallelWorkerBase):
     async def on_rollout_start(self, *, agent: Any, runner: Any, rollout: Rollout) -> None:
         """Called before the trace context of a rollout is opened."""
 
-    async def on_trace_start(
-        self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout
-    ) -> None:
+    async def on_trace_start(self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout) -> None:
         """Called right after the trace context is opened, before the agent runs."""
 
-    async def on_trace_end(
-        self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout
-    ) -> None:
+    async def on_trace_end(self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout) -> None:
         """Called right after the agent returned, before the trace context closes."""
 
     async def on_rollout_end(

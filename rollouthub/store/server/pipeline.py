@@ -115,16 +115,16 @@ class Call:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    def client_gone(self) -> bool:
-        """Whether the client disconnected (for a request the server holds, once its body was read).
+    def watch_disconnect(self) -> None:
+        """Start watching for the client's disconnect (once the whole body was read): the request's next ASGI message
+        is then ``http.disconnect``, so a held request costs one pending ``receive()`` and no polling."""
+        if self._watch is None:
+            self._watch = asyncio.ensure_future(self.receive())
 
-        The first call starts waiting for the next ASGI message -- which, after the whole body, is the disconnect --
-        so a held request costs one pending ``receive()`` and no polling."""
+    def client_gone(self) -> bool:
+        """Whether the client disconnected since :meth:`watch_disconnect` (``False`` before)."""
         watch = self._watch
-        if watch is None:
-            watch = self._watch = asyncio.ensure_future(self.receive())
-            return False
-        return watch.done()
+        return watch is not None and watch.done()
 
     def close(self) -> None:
         """Stop watching for a disconnect."""

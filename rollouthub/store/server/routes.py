@@ -161,6 +161,7 @@ async def dequeue_rollouts(call: Call) -> bytes:
     if limit == 1:
         if timeout:
             wait = min(timeout, wire.MAX_DEQUEUE_WAIT_SECONDS)
+            call.watch_disconnect()
             attempted = await server.dequeue_rollout_for_client(worker_id, wait, call.client_gone)
         else:
             attempted = await server.dequeue_rollout(worker_id=worker_id)
