@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Tuple, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import aiologic
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -41,7 +41,18 @@ from typing_extensions import Self
 
 from rollouthub.utils.metrics import MetricsBackend
 
-from .base import AtomicLabels, AtomicMode, Collection, KeyValue, LightningCollections, Queue
+from . import sql_batch
+from .base import (
+    AtomicLabels,
+    AtomicMode,
+    Collection,
+    KeyValue,
+    LightningCollections,
+    PoppedRollout,
+    Queue,
+    RolloutAttempts,
+)
+from .sql_batch import GuardConflict, NeedsTransaction
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_primitives import SqlCollection, SqlKeyValue, SqlQueue
 from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
@@ -106,18 +117,52 @@ class _UnitView(LightningCollections):
         """Nested executes run inside this unit (no separate retry)."""
         return await callback(self)
 
+    async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
+        """PostgreSQL: one statement (see :func:`.sql_batch.dequeue_rollouts`); SQLite: the primitives."""
+        if self._unit.sqlite or limit <= 0:
+            return await super().dequeue_rollouts(limit)
+        return await sql_batch.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
+
+    async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
+        """PostgreSQL: one statement (see :func:`.sql_batch.get_rollout_and_attempts`); SQLite: the primitives."""
+        if self._unit.sqlite:
+            return await super().get_rollout_and_attempts(rollout_id, attempt_id)
+        specs = self._backend.schema.specs
+        return await sql_batch.get_rollout_and_attempts(
+            self._unit, specs["rollouts"], specs["attempts"], rollout_id, attempt_id
+        )
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """PostgreSQL ``NOTIFY`` delivered when this unit commits (deferred with its writes when it defers them)."""
+        batch = self._unit.batch
+        if batch is not None:
+            batch.notify(channel, payload)
+        else:
+            await self._unit.fetch_sql("SELECT pg_notify($1, $2)", [channel, payload])
+
 
 class _UnitScope:
     """Async context of one unit (class-based: this runs several times per store call)."""
 
-    __slots__ = ("backend", "write", "snapshot", "commit", "view", "unit", "token")
+    __slots__ = ("backend", "write", "snapshot", "commit", "view", "unit", "token", "deferred", "optimistic")
 
-    def __init__(self, backend: SqlLightningCollections, write: bool, snapshot: bool, commit: bool, view: bool) -> None:
+    def __init__(
+        self,
+        backend: SqlLightningCollections,
+        write: bool,
+        snapshot: bool,
+        commit: bool,
+        view: bool,
+        deferred: bool = False,
+        optimistic: bool = False,
+    ) -> None:
         self.backend = backend
         self.write = write
         self.snapshot = snapshot
         self.commit = commit
         self.view = view
+        self.deferred = deferred
+        self.optimistic = optimistic
         self.unit: Optional[Unit] = None
         self.token: Any = None
 
@@ -126,7 +171,7 @@ class _UnitScope:
         if active is not None and active.backend is self.backend and (active.write or not self.write):
             if active.task is asyncio.current_task():
                 return active.view if self.view else active
-        unit = self.unit = Unit(self.backend, self.write, self.snapshot, self.commit)
+        unit = self.unit = Unit(self.backend, self.write, self.snapshot, self.commit, self.deferred, self.optimistic)
         unit.view = _UnitView(self.backend, unit)
         self.token = ACTIVE_UNIT.set(unit)
         return unit.view if self.view else unit
@@ -218,6 +263,8 @@ class SqlLightningCollections(LightningCollections):
         self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
         self._unbound: Optional[Dict[str, Any]] = None
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
+        self._pessimistic_callbacks: Set[Any] = set()
+        """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 
     # --- engines ----------------------------------------------------------------------------------------------
 
@@ -350,10 +397,21 @@ class SqlLightningCollections(LightningCollections):
         """An async context yielding the active unit of this task (when compatible) or a new one."""
         return _UnitScope(self, write, snapshot, commit, False)
 
-    def _atomic(self, mode: AtomicMode, snapshot: bool, commit: bool, labels: Optional[Sequence[AtomicLabels]]) -> Any:
+    def _atomic(
+        self,
+        mode: AtomicMode,
+        snapshot: bool,
+        commit: bool,
+        labels: Optional[Sequence[AtomicLabels]],
+        optimistic: Optional[bool] = None,
+    ) -> Any:
+        """``optimistic``: ``None`` for a plain unit; ``True``/``False`` for a PostgreSQL unit of ``execute(commit=True)``
+        that defers its writes, run optimistically or in a transaction (see :mod:`.sql_batch`)."""
         if labels and all(label == "generic" for label in labels):
             return _GenericScope(self)
-        return _UnitScope(self, mode != "r" or commit, snapshot, commit, True)
+        if optimistic is None:
+            return _UnitScope(self, mode != "r" or commit, snapshot, commit, True)
+        return _UnitScope(self, True, snapshot, commit, True, deferred=True, optimistic=optimistic)
 
     def atomic(
         self,
@@ -371,11 +429,23 @@ class SqlLightningCollections(LightningCollections):
 
     @asynccontextmanager
     async def _tracked_atomic(
-        self, mode: AtomicMode, snapshot: bool, commit: bool, labels: Optional[Sequence[AtomicLabels]]
+        self,
+        mode: AtomicMode,
+        snapshot: bool,
+        commit: bool,
+        labels: Optional[Sequence[AtomicLabels]],
+        optimistic: Optional[bool] = None,
     ) -> AsyncIterator[LightningCollections]:
         async with self.tracking_context("atomic", "router"):
-            async with self._atomic(mode, snapshot, commit, labels) as view:
+            async with self._atomic(mode, snapshot, commit, labels, optimistic) as view:
                 yield view
+
+    def _commit_unit(
+        self, mode: AtomicMode, snapshot: bool, labels: Optional[Sequence[AtomicLabels]], optimistic: Optional[bool]
+    ) -> Any:
+        if self.tracker is None:
+            return self._atomic(mode, snapshot, True, labels, optimistic)
+        return self._tracked_atomic(mode, snapshot, True, labels, optimistic)
 
     async def execute(
         self,
@@ -387,20 +457,35 @@ class SqlLightningCollections(LightningCollections):
         labels: Optional[Sequence[AtomicLabels]] = None,
         **kwargs: Any,
     ) -> R:
-        """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried."""
+        """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried.
+
+        PostgreSQL ``commit=True`` units defer their writes and run optimistically first (:mod:`.sql_batch`): the
+        callback may run more than once, so it must be re-runnable (as for conflict retries)."""
         active = ACTIVE_UNIT.get()
         nested = active is not None and active.backend is self and active.task is asyncio.current_task()
         if not commit or nested:
             async with self.atomic(mode=mode, snapshot=snapshot, commit=commit, labels=labels) as view:
                 return await callback(view)
+        deferred = self.dialect == "postgresql" and not (labels and all(label == "generic" for label in labels))
+        code = getattr(callback, "__code__", type(callback))
+        optimistic: Optional[bool] = None
+        if deferred:
+            optimistic = not snapshot and code not in self._pessimistic_callbacks
         deadline = time.monotonic() + self._commit_retry_budget
         delay = 0.002
         attempt = 0
         while True:
             attempt += 1
             try:
-                async with self.atomic(mode=mode, snapshot=snapshot, commit=True, labels=labels) as view:
+                async with self._commit_unit(mode, snapshot, labels, optimistic) as view:
                     return await callback(view)
+            except NeedsTransaction:
+                self._pessimistic_callbacks.add(code)
+                optimistic = False
+                continue
+            except GuardConflict:
+                optimistic = False  # the rows are contended: lock them this time
+                continue
             except Exception as exc:
                 if not is_transient_error(exc) or time.monotonic() + delay > deadline:
                     raise
