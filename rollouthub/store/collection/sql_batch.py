@@ -100,8 +100,24 @@ def _kind(spec: TableSpec, name: str) -> str:
     return spec.kinds.get(name, "json")
 
 
-def _arrays(first: int, kinds: Sequence[str]) -> str:
-    return ", ".join(f"${first + i}::{PG_ARRAY[kind]}" for i, kind in enumerate(kinds))
+_PG_SCALAR = {"str": "text", "int": "int8", "float": "float8", "json": "jsonb"}
+
+
+def _source(first: int, names: Sequence[str], kinds: Sequence[str], single: bool) -> str:
+    """Rows of columns ``names`` as a table ``v``, from parameters ``$first, ...``: one row of scalars (cheaper to
+    send and to plan than arrays), or ``unnest`` of one array per column."""
+    if single:
+        values = ", ".join(
+            f"${first + i}::{_PG_SCALAR[kind]} AS {_q(n)}" for i, (n, kind) in enumerate(zip(names, kinds, strict=True))
+        )
+        return f"(SELECT {values}) AS v"
+    arrays = ", ".join(f"${first + i}::{PG_ARRAY[kind]}" for i, kind in enumerate(kinds))
+    return f"unnest({arrays}) AS v({_columns(names)})"
+
+
+def _source_params(columns: Iterable[Sequence[Any]], single: bool) -> List[Any]:
+    """The parameters of :func:`_source` from the values of each column."""
+    return [values[0] for values in columns] if single else [list(values) for values in columns]
 
 
 def _columns(names: Sequence[str], prefix: str = "") -> str:
@@ -131,7 +147,7 @@ class _Op:
         raise NotImplementedError()
 
     def params(self) -> List[Any]:
-        """The parameter values (arrays for ``unnest``)."""
+        """The parameter values."""
         raise NotImplementedError()
 
     def check(self, value: Any) -> None:
@@ -142,23 +158,25 @@ class _Insert(_Op):
     __slots__ = ("spec", "rows")
 
     def __init__(self, spec: TableSpec, rows: List[Dict[str, Any]]) -> None:
-        self.shape = ("i", spec.name)
+        self.shape = ("i", spec.name, len(rows) == 1)
         self.spec = spec
         self.rows = rows
 
     def cte(self, first: int, ok: str) -> str:
-        cols = self.spec.column_names
+        spec = self.spec
+        cols = spec.column_names
         where = f" WHERE {ok}" if ok else ""
-        source = f"unnest({_arrays(first, [_kind(self.spec, c) for c in cols])})"
-        return f"INSERT INTO {_q(self.spec.name)} ({_columns(cols)}) SELECT * FROM {source}{where}"
+        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[2])
+        return f"INSERT INTO {_q(spec.name)} ({_columns(cols)}) SELECT * FROM {source}{where}"
 
     def params(self) -> List[Any]:
         rows = self.rows
-        return [[row[c] for row in rows] for c in self.spec.column_names]
+        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), self.shape[2])
 
 
 class _Update(_Op):
-    """``UPDATE ... FROM unnest(...)`` by primary key; reports the keys found (each must exist, else ``ValueError``)."""
+    """``UPDATE ... FROM`` the new values, by primary key; reports the keys found (each must exist, else
+    ``ValueError``)."""
 
     __slots__ = ("spec", "names", "keys", "rows")
     reports = True
@@ -166,7 +184,7 @@ class _Update(_Op):
     def __init__(
         self, spec: TableSpec, names: Tuple[str, ...], keys: List[Tuple[Any, ...]], rows: List[Dict[str, Any]]
     ) -> None:
-        self.shape = ("u", spec.name, names)
+        self.shape = ("u", spec.name, names, len(rows) == 1)
         self.spec = spec
         self.names = names
         self.keys = keys
@@ -176,7 +194,7 @@ class _Update(_Op):
         spec = self.spec
         pks = spec.primary_keys
         cols = [*pks, *self.names]
-        source = f"unnest({_arrays(first, [_kind(spec, c) for c in cols])}) AS v({_columns(cols)})"
+        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[3])
         sets = ", ".join(f"{_q(n)} = v.{_q(n)}" for n in self.names) or f"{_q(pks[0])} = t.{_q(pks[0])}"
         join = " AND ".join(f"t.{_q(k)} = v.{_q(k)}" for k in pks)
         cond = f" AND {ok}" if ok else ""
@@ -186,9 +204,9 @@ class _Update(_Op):
 
     def params(self) -> List[Any]:
         keys, rows = self.keys, self.rows
-        values: List[Any] = [[key[i] for key in keys] for i in range(len(keys[0]))]
-        values.extend([row[n] for row in rows] for n in self.names)
-        return values
+        columns: List[Any] = [[key[i] for key in keys] for i in range(len(keys[0]))]
+        columns.extend([row[n] for row in rows] for n in self.names)
+        return _source_params(columns, self.shape[3])
 
     def check(self, value: Any) -> None:
         _missing(self.spec, self.keys, value)
@@ -198,7 +216,7 @@ class _Upsert(_Op):
     __slots__ = ("spec", "rows")
 
     def __init__(self, spec: TableSpec, names: Tuple[str, ...], rows: List[Dict[str, Any]]) -> None:
-        self.shape = ("s", spec.name, names)
+        self.shape = ("s", spec.name, names, len(rows) == 1)
         self.spec = spec
         self.rows = rows
 
@@ -209,7 +227,7 @@ class _Upsert(_Op):
         names = self.shape[2]
         sets = ", ".join(f"{_q(n)} = excluded.{_q(n)}" for n in names) or f"{_q(pks[0])} = t.{_q(pks[0])}"
         where = f" WHERE {ok}" if ok else ""
-        source = f"unnest({_arrays(first, [_kind(spec, c) for c in cols])})"
+        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[3])
         return (
             f"INSERT INTO {_q(spec.name)} AS t ({_columns(cols)}) SELECT * FROM {source}{where} "
             f"ON CONFLICT ({_columns(pks)}) DO UPDATE SET {sets}"
@@ -217,23 +235,23 @@ class _Upsert(_Op):
 
     def params(self) -> List[Any]:
         rows = self.rows
-        return [[row[c] for row in rows] for c in self.spec.column_names]
+        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), self.shape[3])
 
 
 class _Delete(_Op):
-    """``DELETE ... USING unnest(...)`` by primary key; reports the keys found (each must exist)."""
+    """``DELETE ... USING`` the keys; reports the keys found (each must exist)."""
 
     __slots__ = ("spec", "keys")
     reports = True
 
     def __init__(self, spec: TableSpec, keys: List[Tuple[Any, ...]]) -> None:
-        self.shape = ("d", spec.name)
+        self.shape = ("d", spec.name, len(keys) == 1)
         self.spec = spec
         self.keys = keys
 
     def cte(self, first: int, ok: str) -> str:
         pks = self.spec.primary_keys
-        source = f"unnest({_arrays(first, ['str'] * len(pks))}) AS v({_columns(pks)})"
+        source = _source(first, pks, ["str"] * len(pks), self.shape[2])
         join = " AND ".join(f"t.{_q(k)} = v.{_q(k)}" for k in pks)
         cond = f" AND {ok}" if ok else ""
         return (
@@ -242,7 +260,7 @@ class _Delete(_Op):
 
     def params(self) -> List[Any]:
         keys = self.keys
-        return [[key[i] for key in keys] for i in range(len(keys[0]))]
+        return _source_params(([key[i] for key in keys] for i in range(len(keys[0]))), self.shape[2])
 
     def check(self, value: Any) -> None:
         _missing(self.spec, self.keys, value)
@@ -254,18 +272,25 @@ class _Enqueue(_Op):
     __slots__ = ("values",)
 
     def __init__(self) -> None:
-        self.shape = ("q",)
         self.values: List[str] = []
+        self.shape = ("q", False)
+
+    def extend(self, values: Sequence[str]) -> None:
+        """Append values (in call order)."""
+        self.values.extend(values)
+        self.shape = ("q", len(self.values) == 1)
 
     def cte(self, first: int, ok: str) -> str:
         where = f" WHERE {ok}" if ok else ""
+        if self.shape[1]:
+            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where}"
         return (
             f"INSERT INTO rollout_queue (value) SELECT u.v FROM unnest(${first}::text[]) WITH ORDINALITY AS u(v, i)"
             f"{where} ORDER BY u.i"
         )
 
     def params(self) -> List[Any]:
-        return [self.values]
+        return [self.values[0] if len(self.values) == 1 else self.values]
 
 
 class _RaiseTo(_Op):
@@ -421,7 +446,7 @@ class WriteBatch:
         if self._enqueue is None:
             self._enqueue = _Enqueue()
             self.ops.append(self._enqueue)
-        self._enqueue.values.extend(values)
+        self._enqueue.extend(values)
         self.tables.add("rollout_queue")
 
     def raise_to(self, key: str, value: int) -> None:
@@ -445,32 +470,37 @@ class WriteBatch:
     def _statement(self) -> Tuple[str, List[Any]]:
         """The statement sending the pending writes (its text is built once per shape), and its parameters."""
         guards = self.guards
-        shape = (tuple(guards), tuple(op.shape for op in self.ops))
+        shape = (
+            tuple((name, len(rows) == 1) for name, (_, rows) in guards.items()),
+            tuple(op.shape for op in self.ops),
+        )
         params: List[Any] = []
         for spec, rows in guards.values():
-            params.extend([key[i] for key in rows] for i in range(len(spec.primary_keys)))
-            params.append(list(rows.values()))
+            columns: List[Any] = [[key[i] for key in rows] for i in range(len(spec.primary_keys))]
+            columns.append(list(rows.values()))
+            params.extend(_source_params(columns, len(rows) == 1))
             params.append(len(rows))
         for op in self.ops:
             params.extend(op.params())
         sql = _STATEMENTS.get(shape)
         if sql is None:
-            sql = _STATEMENTS[shape] = self._build(list(guards.values()))
+            if len(_STATEMENTS) > 1024:
+                _STATEMENTS.clear()
+            sql = _STATEMENTS[shape] = self._build()
         return sql, params
 
-    def _build(self, guards: List[Tuple[TableSpec, Any]]) -> str:
+    def _build(self) -> str:
         parts: List[str] = []
         checks: List[str] = []
         n = 0
-        for spec, _ in guards:
+        for spec, rows in self.guards.values():
             pks = spec.primary_keys
-            first = n + 1
-            arrays = ", ".join(f"${first + i}::text[]" for i in range(len(pks) + 1))
-            join = " AND ".join(f"t.{_q(pk)} = g.k{i}" for i, pk in enumerate(pks))
-            keys = ", ".join(f"k{i}" for i in range(len(pks)))
+            keys = [f"k{i}" for i in range(len(pks))]
+            source = _source(n + 1, [*keys, "x"], ["str"] * (len(pks) + 1), len(rows) == 1)
+            join = " AND ".join(f"t.{_q(pk)} = v.{_q(k)}" for pk, k in zip(pks, keys, strict=True))
             parts.append(
-                f"g_{spec.name} AS (SELECT 1 FROM {_q(spec.name)} AS t JOIN unnest({arrays}) AS g({keys}, x) "
-                f"ON {join} AND (g.x IS NULL OR t.xmin::text = g.x) FOR UPDATE OF t)"
+                f"g_{spec.name} AS (SELECT 1 FROM {_q(spec.name)} AS t JOIN {source} "
+                f'ON {join} AND (v."x" IS NULL OR t.xmin::text = v."x") FOR UPDATE OF t)'
             )
             n += len(pks) + 2
             checks.append(f"(SELECT count(*) FROM g_{spec.name}) = ${n}")
@@ -484,8 +514,6 @@ class WriteBatch:
             n += len(op.params())
             if op.reports:
                 outputs.append(f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})")
-        if len(_STATEMENTS) > 1024:
-            _STATEMENTS.clear()
         return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
 
     async def flush(self, unit: Unit) -> None:
