@@ -252,7 +252,7 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
 
         await self.collections.initialize()
         dsn = self.collections.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(dsn, server_settings=dict(self.collections.server_settings))
         lost = asyncio.Event()
 
         def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:

@@ -237,6 +237,15 @@ class SqlLightningCollections(LightningCollections):
         super().__init__(tracker=tracker)
         self.url, self.dialect = normalize_database_url(url)
         self.display_url = describe_url(self.url)
+        self.server_settings: Dict[str, str] = {}
+        """PostgreSQL session settings of every connection: ``application_name`` (from the URL's
+        ``?application_name=`` or ``rollouthub``, so that ``pg_stat_activity`` tells the store's connections apart)
+        and the ``search_path`` of ``schema``."""
+        if self.dialect == "postgresql":
+            self.server_settings["application_name"] = self.url.query.get("application_name") or "rollouthub"  # type: ignore[assignment]
+            self.url = self.url.difference_update_query(["application_name"])
+            if schema:
+                self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"Invalid synchronous mode {synchronous!r}")
         self.schema = SqlSchema(self.dialect)
@@ -279,8 +288,8 @@ class SqlLightningCollections(LightningCollections):
             kwargs["async_creator"] = make_async_creator(
                 str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
             )
-        elif self.pg_schema:
-            kwargs["connect_args"] = {"server_settings": {"search_path": self.pg_schema}}
+        else:
+            kwargs["connect_args"] = {"server_settings": dict(self.server_settings)}
         kwargs.update(self._engine_kwargs)
         return create_async_engine(self.url, **kwargs)
 
@@ -326,7 +335,7 @@ class SqlLightningCollections(LightningCollections):
         import asyncpg
 
         dsn = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        settings = {"search_path": self.pg_schema} if self.pg_schema else None
+        settings = dict(self.server_settings)
 
         async def connect() -> Any:
             return await asyncpg.connect(dsn, server_settings=settings)
