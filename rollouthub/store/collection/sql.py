@@ -213,7 +213,9 @@ class SqlLightningCollections(LightningCollections):
         synchronous: SQLite ``PRAGMA synchronous`` (``"NORMAL"``: survives a process crash; ``"FULL"``: also
             survives power loss, slower).
         commit_retry_budget: seconds ``execute(commit=True)`` keeps retrying transient conflicts.
-        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing.
+        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing. The URL may name it
+            instead (``?schema=name``), and set the connections' ``application_name`` (``?application_name=``,
+            default ``rollouthub``).
         sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
             locks asynchronously). ``False``: one aiosqlite worker thread per connection.
         engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
@@ -242,8 +244,11 @@ class SqlLightningCollections(LightningCollections):
         ``?application_name=`` or ``rollouthub``, so that ``pg_stat_activity`` tells the store's connections apart)
         and the ``search_path`` of ``schema``."""
         if self.dialect == "postgresql":
-            self.server_settings["application_name"] = self.url.query.get("application_name") or "rollouthub"  # type: ignore[assignment]
-            self.url = self.url.difference_update_query(["application_name"])
+            query = self.url.query
+            self.server_settings["application_name"] = str(query.get("application_name") or "rollouthub")
+            if schema is None and query.get("schema"):
+                schema = str(query["schema"])  # the URL may name the schema too (e.g. for `rollouthub store --backend`)
+            self.url = self.url.difference_update_query(["application_name", "schema"])
             if schema:
                 self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
