@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COUNT = 8
 
 
-def _start_server(backend: str, host: str, env: dict, log: Path) -> "tuple[subprocess.Popen[bytes], int]":
+def _start_server(backend: str, host: str, env: dict, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = pick_free_port(host)
     cmd = [sys.executable, "-m", "rollouthub.cli", "store", "--backend", backend, "--host", host, "--port", str(port)]
     proc = subprocess.Popen(cmd + ["--log-level", "WARNING"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
