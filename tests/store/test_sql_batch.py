@@ -22,7 +22,7 @@ def _rollout(rollout_id: str, status: str = "queuing") -> Rollout:
     return Rollout(rollout_id=rollout_id, input={"i": rollout_id}, start_time=1.0, status=status)  # type: ignore[arg-type]
 
 
-def _count_statements(store_or_collections: Any) -> "collections.Counter[str]":
+def _count_statements(store_or_collections: Any) -> collections.Counter[str]:
     """Count, by first keyword, the statements the pool's connections send from now on."""
     counts: collections.Counter[str] = collections.Counter()
     backend = getattr(store_or_collections, "collections", store_or_collections)
