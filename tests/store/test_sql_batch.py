@@ -185,3 +185,28 @@ async def test_finished_rollout_notifies_other_processes_with_its_unit() -> None
         finally:
             await listener.close()
         assert received == [rollout.rollout_id]
+
+
+async def test_counter_bumps_in_optimistic_units_never_repeat_a_value() -> None:
+    """``inc`` in an optimistic unit reads the counter and defers the write under a version guard: concurrent bumps
+    re-run the losers, so every unit gets its own block of values; a missing counter is created in a transaction
+    (without sending the callback there for good)."""
+    async with postgres_collections() as c:
+        calls: List[str] = []
+
+        async def bump(view: Any) -> int:
+            calls.append("run")
+            return int(await view.span_sequence_ids.inc("ro-1", 3))
+
+        assert await c.execute(bump, mode="rw", commit=True, labels=["span_sequence_ids"]) == 3
+        assert len(calls) == 2  # the counter did not exist: optimistic attempt, then a transaction
+        calls.clear()
+        assert await c.execute(bump, mode="rw", commit=True, labels=["span_sequence_ids"]) == 6
+        assert len(calls) == 1  # optimistic now
+
+        async def one() -> int:
+            return int(await c.execute(bump, mode="rw", commit=True, labels=["span_sequence_ids"]))
+
+        ends = await asyncio.gather(*(one() for _ in range(20)))
+        assert sorted(ends) == list(range(9, 9 + 3 * 20, 3))
+        assert await c.span_sequence_ids.get("ro-1") == 6 + 3 * 20

@@ -493,8 +493,9 @@ class SqlLightningCollections(LightningCollections):
             try:
                 async with self._commit_unit(mode, snapshot, labels, optimistic) as view:
                     return await callback(view)
-            except NeedsTransaction:
-                self._pessimistic_callbacks.add(code)
+            except NeedsTransaction as exc:
+                if exc.remember:
+                    self._pessimistic_callbacks.add(code)
                 optimistic = False
                 continue
             except GuardConflict:

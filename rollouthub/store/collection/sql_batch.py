@@ -29,7 +29,7 @@ The compound reads of :class:`~.base.LightningCollections` are answered with one
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .base import DuplicatedPrimaryKeyError, PoppedRollout, RolloutAttempts
 from .sql_schema import TableSpec
@@ -56,7 +56,22 @@ _NOTIFY_PAYLOAD_LIMIT = 7900
 
 class NeedsTransaction(BaseException):
     """An optimistic unit did something only a transaction can do (raised before anything was written). A
-    ``BaseException``: the business logic must not catch it -- ``execute()`` runs the unit again, pessimistically."""
+    ``BaseException``: the business logic must not catch it -- ``execute()`` runs the unit again, pessimistically,
+    and (``remember``) runs that callback pessimistically from then on."""
+
+    def __init__(self, remember: bool = True) -> None:
+        super().__init__()
+        self.remember = remember
+
+
+class _CounterSpec(NamedTuple):
+    """The key-value table as guards and row claims see it (name and primary key)."""
+
+    name: str
+    primary_keys: Tuple[str, ...]
+
+
+_COUNTERS: Any = _CounterSpec("span_sequence_ids", ("key",))
 
 
 class GuardConflict(Exception):
@@ -314,6 +329,24 @@ class _RaiseTo(_Op):
         return [list(self.values), list(self.values.values())]
 
 
+class _SetCounter(_Op):
+    """``UPDATE span_sequence_ids SET num`` of one key (the optimistic ``inc``; its row version is guarded)."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: str, value: int) -> None:
+        self.shape = ("c",)
+        self.key = key
+        self.value = value
+
+    def cte(self, first: int, ok: str) -> str:
+        cond = f" AND {ok}" if ok else ""
+        return f"UPDATE span_sequence_ids SET num = ${first + 1}::int8 WHERE key = ${first}::text{cond}"
+
+    def params(self) -> List[Any]:
+        return [self.key, self.value]
+
+
 class _Notify(_Op):
     """``pg_notify`` on one channel (delivered by PostgreSQL when the statement's transaction commits)."""
 
@@ -456,6 +489,13 @@ class WriteBatch:
             self.ops.append(self._raise)
         self._raise.values[key] = max(value, self._raise.values.get(key, value))
         self.tables.add("span_sequence_ids")
+
+    async def set_counter(self, unit: Unit, key: str, value: int, version: str) -> None:
+        """Defer setting counter ``key`` to ``value``, guarded by the version of the counter row read (optimistic
+        ``inc``)."""
+        await self._claim_keys(unit, _COUNTERS, [(key,)])
+        self.guard(_COUNTERS, (key,), version)
+        self.ops.append(_SetCounter(key, value))
 
     def notify(self, channel: str, payload: str) -> None:
         """Defer a ``NOTIFY`` (payloads of one channel are joined with commas)."""

@@ -44,7 +44,7 @@ from .base import (
     resolve_sort_options,
     tracked,
 )
-from .sql_batch import PENDING, PG_ARRAY
+from .sql_batch import PENDING, PG_ARRAY, NeedsTransaction
 from .sql_engine import ACTIVE_UNIT, StatementCache, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
 from .sql_schema import TableSpec, json_dumps
@@ -766,6 +766,9 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
         t = self._table
         if isinstance(amount, int):
             pg = self._backend.dialect == "postgresql"
+            deferring = self._deferring()
+            if op == "inc" and deferring is not None and deferring.optimistic:
+                return await self._optimistic_inc(deferring, str(key), amount)
 
             def build() -> Any:
                 ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
@@ -801,6 +804,25 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
             return await slow(self._unit)
         async with self._backend._unit_scope(write=True, snapshot=False, commit=True) as own:
             return await slow(own)
+
+    async def _optimistic_inc(self, unit: Unit, key: str, amount: int) -> int:
+        """``inc`` in an optimistic unit: read the counter with its version, defer the write of ``value + amount``
+        guarded by that version (a concurrent bump re-runs the unit). A missing or non-integer counter needs a
+        transaction (:class:`~.sql_batch.NeedsTransaction`, not remembered: it concerns this key only)."""
+        batch = unit.batch
+        assert batch is not None
+        await batch.before_statement(unit, (self._table_name,), False)
+        t = self._table
+        stmt = self._stmt(
+            ("kgv",),
+            lambda: sa.select(t.c.num, sa.literal_column("span_sequence_ids.xmin::text")).where(self._where_key()),
+        )
+        rows = await unit.fetch(stmt, {"k": key})
+        if not rows or rows[0][0] is None:
+            raise NeedsTransaction(remember=False)
+        value = int(rows[0][0]) + amount
+        await batch.set_counter(unit, key, value, rows[0][1])
+        return value
 
     @tracked("inc")
     async def inc(self, key: str, amount: Any) -> Any:
