@@ -235,7 +235,7 @@ def run_once(args: argparse.Namespace, servers: int, workdir: str, hosts: Option
     schema = f"rh_scale_{run_id}"
     app = f"rh-scale-{run_id}"
     sep = "&" if "?" in args.database_url else "?"
-    backend = f"{args.database_url}{sep}schema={schema}&application_name={app}"
+    backend = f"{args.database_url}{sep}schema={schema}&application_name={app}&{args.pool}"
     token = uuid.uuid4().hex
     host = hosts[0].gateway if hosts else "127.0.0.1"
     env = {**os.environ, "ROLLOUTHUB_API_TOKEN": token}
@@ -357,6 +357,13 @@ def build_scale_parser() -> argparse.ArgumentParser:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4], help="Values of M to measure.")
     parser.add_argument("--n-workers", type=int, default=1, help="Worker processes per server (--n-workers).")
     parser.add_argument("--netns", action="store_true", help="Runners and algorithm in network namespaces.")
+    parser.add_argument(
+        "--pool",
+        default="pool_size=4&max_overflow=4",
+        help="Pool of each server process (URL parameters): at most pool_size + max_overflow connections, plus one "
+        "LISTEN connection and one for schema work -- M=4 servers then hold at most 40 of the database's "
+        "max_connections.",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="Seconds allowed for one run's workload.")
     parser.add_argument("--role", choices=["orchestrator", "runner", "algorithm"], default="orchestrator")
     parser.add_argument("--worker-id", type=int, default=0, help=argparse.SUPPRESS)

@@ -210,3 +210,21 @@ async def test_counter_bumps_in_optimistic_units_never_repeat_a_value() -> None:
         ends = await asyncio.gather(*(one() for _ in range(20)))
         assert sorted(ends) == list(range(9, 9 + 3 * 20, 3))
         assert await c.span_sequence_ids.get("ro-1") == 6 + 3 * 20
+
+
+def test_postgres_url_names_schema_application_and_pool() -> None:
+    """``?schema=``, ``?application_name=`` and ``?pool_size=``/``?max_overflow=`` configure the store from its URL
+    (e.g. ``rollouthub store --backend URL``); they are not passed to the driver; bad values are named."""
+    from rollouthub.store.collection.sql import SqlLightningCollections
+
+    c = SqlLightningCollections(
+        "postgresql://u@db:5432/rh?schema=tenant_a&application_name=rh-a&pool_size=3&max_overflow=1"
+    )
+    assert c.pg_schema == "tenant_a" and c._pool_size == 3 and c._max_overflow == 1
+    assert c.server_settings == {"application_name": "rh-a", "search_path": "tenant_a"}
+    assert c.url.query == {}
+    assert SqlLightningCollections("postgresql://u@db/rh").server_settings == {"application_name": "rollouthub"}
+    with pytest.raises(ValueError, match="pool_size"):
+        SqlLightningCollections("postgresql://u@db/rh?pool_size=many")
+    with pytest.raises(ValueError, match="max_overflow"):
+        SqlLightningCollections("postgresql://u@db/rh?max_overflow=-1")

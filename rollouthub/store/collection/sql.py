@@ -208,14 +208,15 @@ class SqlLightningCollections(LightningCollections):
         url: database URL; ``sqlite://``/``postgresql://`` are rewritten to the aiosqlite/asyncpg drivers.
         tracker: optional metrics backend.
         echo: log the SQL of schema creation/migration (SQLAlchemy engine echo).
-        pool_size / max_overflow: connection pool size per event loop.
+        pool_size / max_overflow: at most ``pool_size + max_overflow`` driver connections per event loop (opened on
+            demand and kept).
         busy_timeout: SQLite: seconds a writer waits for another process' write lock.
         synchronous: SQLite ``PRAGMA synchronous`` (``"NORMAL"``: survives a process crash; ``"FULL"``: also
             survives power loss, slower).
         commit_retry_budget: seconds ``execute(commit=True)`` keeps retrying transient conflicts.
-        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing. The URL may name it
-            instead (``?schema=name``), and set the connections' ``application_name`` (``?application_name=``,
-            default ``rollouthub``).
+        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing. A PostgreSQL URL may
+            name it instead (``?schema=name``), set the connections' ``application_name`` (``?application_name=``,
+            default ``rollouthub``) and size the pool (``?pool_size=4&max_overflow=4``).
         sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
             locks asynchronously). ``False``: one aiosqlite worker thread per connection.
         engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
@@ -246,9 +247,24 @@ class SqlLightningCollections(LightningCollections):
         if self.dialect == "postgresql":
             query = self.url.query
             self.server_settings["application_name"] = str(query.get("application_name") or "rollouthub")
+            # The URL may also name the schema and size the pool (e.g. for `rollouthub store --backend URL`).
             if schema is None and query.get("schema"):
-                schema = str(query["schema"])  # the URL may name the schema too (e.g. for `rollouthub store --backend`)
-            self.url = self.url.difference_update_query(["application_name", "schema"])
+                schema = str(query["schema"])
+            for name in ("pool_size", "max_overflow"):
+                if name in query:
+                    try:
+                        value = int(str(query[name]))
+                    except ValueError:
+                        raise ValueError(
+                            f"{name} in the database URL must be an integer, got {query[name]!r}"
+                        ) from None
+                    if value < (1 if name == "pool_size" else 0):
+                        raise ValueError(f"{name} in the database URL is out of range: {value}")
+                    if name == "pool_size":
+                        pool_size = value
+                    else:
+                        max_overflow = value
+            self.url = self.url.difference_update_query(["application_name", "schema", "pool_size", "max_overflow"])
             if schema:
                 self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
