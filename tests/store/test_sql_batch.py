@@ -103,21 +103,22 @@ async def test_optimistic_unit_reruns_when_a_row_it_read_changed() -> None:
 
 
 async def test_unit_needing_a_result_mid_way_runs_in_a_transaction_and_is_remembered() -> None:
-    """A counter bump (its result is needed) cannot be deferred: the optimistic run stops before writing anything,
-    the unit runs in a transaction, and the next call of the same callback goes there directly."""
+    """Popping the queue (its result is needed) cannot be deferred: the optimistic run stops before writing
+    anything, the unit runs in a transaction, and the next call of the same callback goes there directly."""
     async with postgres_collections() as c:
+        await c.rollout_queue.enqueue(["ro-1", "ro-2"])
         calls: List[int] = []
         names = iter(range(1, 100))
 
-        async def callback(view: Any) -> int:
+        async def callback(view: Any) -> str:
             calls.append(1)
             await view.workers.insert([Worker(worker_id=f"w{next(names)}")])
-            return int(await view.span_sequence_ids.inc("ro-1", 5))
+            return str((await view.rollout_queue.dequeue(1))[0])
 
-        assert await c.execute(callback, mode="rw", commit=True, labels=["span_sequence_ids"]) == 5
-        assert len(calls) == 2  # optimistic attempt (stopped at inc), then in a transaction
+        assert await c.execute(callback, mode="rw", commit=True, labels=["rollout_queue", "workers"]) == "ro-1"
+        assert len(calls) == 2  # optimistic attempt (stopped at the pop), then in a transaction
         calls.clear()
-        assert await c.execute(callback, mode="rw", commit=True, labels=["span_sequence_ids"]) == 10
+        assert await c.execute(callback, mode="rw", commit=True, labels=["rollout_queue", "workers"]) == "ro-2"
         assert len(calls) == 1
         # Each run that counted wrote its worker; the optimistic attempt wrote nothing.
         assert sorted(w.worker_id for w in (await c.workers.query()).items) == ["w2", "w3"]
@@ -189,8 +190,8 @@ async def test_finished_rollout_notifies_other_processes_with_its_unit() -> None
 
 async def test_counter_bumps_in_optimistic_units_never_repeat_a_value() -> None:
     """``inc`` in an optimistic unit reads the counter and defers the write under a version guard: concurrent bumps
-    re-run the losers, so every unit gets its own block of values; a missing counter is created in a transaction
-    (without sending the callback there for good)."""
+    re-run the losers, so every unit gets its own block of values; a missing counter is created by the deferred
+    writes (concurrent creations: one wins, the others re-run)."""
     async with postgres_collections() as c:
         calls: List[str] = []
 
@@ -199,7 +200,7 @@ async def test_counter_bumps_in_optimistic_units_never_repeat_a_value() -> None:
             return int(await view.span_sequence_ids.inc("ro-1", 3))
 
         assert await c.execute(bump, mode="rw", commit=True, labels=["span_sequence_ids"]) == 3
-        assert len(calls) == 2  # the counter did not exist: optimistic attempt, then a transaction
+        assert len(calls) == 1  # created optimistically
         calls.clear()
         assert await c.execute(bump, mode="rw", commit=True, labels=["span_sequence_ids"]) == 6
         assert len(calls) == 1  # optimistic now
@@ -210,6 +211,14 @@ async def test_counter_bumps_in_optimistic_units_never_repeat_a_value() -> None:
         ends = await asyncio.gather(*(one() for _ in range(20)))
         assert sorted(ends) == list(range(9, 9 + 3 * 20, 3))
         assert await c.span_sequence_ids.get("ro-1") == 6 + 3 * 20
+
+        async def create(key: str) -> int:
+            async def first(view: Any) -> int:
+                return int(await view.span_sequence_ids.inc(key, 2))
+
+            return int(await c.execute(first, mode="rw", commit=True, labels=["span_sequence_ids"]))
+
+        assert sorted(await asyncio.gather(*(create("ro-new") for _ in range(8)))) == list(range(2, 18, 2))
 
 
 def test_postgres_url_names_schema_application_and_pool() -> None:

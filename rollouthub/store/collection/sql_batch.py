@@ -330,16 +330,20 @@ class _RaiseTo(_Op):
 
 
 class _SetCounter(_Op):
-    """``UPDATE span_sequence_ids SET num`` of one key (the optimistic ``inc``; its row version is guarded)."""
+    """The optimistic ``inc`` of one counter: ``UPDATE ... SET num`` (its row version is guarded) or, for a counter
+    that did not exist, ``INSERT`` (without ``ON CONFLICT``: a concurrent creation fails the statement)."""
 
     __slots__ = ("key", "value")
 
-    def __init__(self, key: str, value: int) -> None:
-        self.shape = ("c",)
+    def __init__(self, key: str, value: int, create: bool) -> None:
+        self.shape = ("c", create)
         self.key = key
         self.value = value
 
     def cte(self, first: int, ok: str) -> str:
+        if self.shape[1]:
+            where = f" WHERE {ok}" if ok else ""
+            return f"INSERT INTO span_sequence_ids (key, num, value) SELECT ${first}::text, ${first + 1}::int8, NULL{where}"
         cond = f" AND {ok}" if ok else ""
         return f"UPDATE span_sequence_ids SET num = ${first + 1}::int8 WHERE key = ${first}::text{cond}"
 
@@ -490,12 +494,14 @@ class WriteBatch:
         self._raise.values[key] = max(value, self._raise.values.get(key, value))
         self.tables.add("span_sequence_ids")
 
-    async def set_counter(self, unit: Unit, key: str, value: int, version: str) -> None:
-        """Defer setting counter ``key`` to ``value``, guarded by the version of the counter row read (optimistic
-        ``inc``)."""
+    async def set_counter(self, unit: Unit, key: str, value: int, version: Optional[str]) -> None:
+        """Defer setting counter ``key`` to ``value`` (optimistic ``inc``): guarded by the version of the counter row
+        read, or -- ``version=None``, no row was read -- created (a concurrent creation fails the statement with a
+        unique violation on the counters, reported as :class:`GuardConflict`)."""
         await self._claim_keys(unit, _COUNTERS, [(key,)])
-        self.guard(_COUNTERS, (key,), version)
-        self.ops.append(_SetCounter(key, value))
+        if version is not None:
+            self.guard(_COUNTERS, (key,), version)
+        self.ops.append(_SetCounter(key, value, version is None))
 
     def notify(self, channel: str, payload: str) -> None:
         """Defer a ``NOTIFY`` (payloads of one channel are joined with commas)."""
@@ -574,6 +580,8 @@ class WriteBatch:
         try:
             rows = await unit.fetch_sql(sql, params)
         except asyncpg.UniqueViolationError as exc:
+            if getattr(exc, "table_name", None) == "span_sequence_ids":  # a counter created concurrently
+                raise GuardConflict("a counter the unit creates was created concurrently") from None
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
         row = rows[0]
         if not row[0]:

@@ -807,8 +807,9 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
 
     async def _optimistic_inc(self, unit: Unit, key: str, amount: int) -> int:
         """``inc`` in an optimistic unit: read the counter with its version, defer the write of ``value + amount``
-        guarded by that version (a concurrent bump re-runs the unit). A missing or non-integer counter needs a
-        transaction (:class:`~.sql_batch.NeedsTransaction`, not remembered: it concerns this key only)."""
+        guarded by that version (a concurrent bump re-runs the unit); a missing counter is created by the deferred
+        writes (a concurrent creation re-runs the unit). A non-integer value needs a transaction
+        (:class:`~.sql_batch.NeedsTransaction`, not remembered: it concerns this key only)."""
         batch = unit.batch
         assert batch is not None
         await batch.before_statement(unit, (self._table_name,), False)
@@ -818,7 +819,10 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
             lambda: sa.select(t.c.num, sa.literal_column("span_sequence_ids.xmin::text")).where(self._where_key()),
         )
         rows = await unit.fetch(stmt, {"k": key})
-        if not rows or rows[0][0] is None:
+        if not rows:
+            await batch.set_counter(unit, key, amount, None)
+            return amount
+        if rows[0][0] is None:
             raise NeedsTransaction(remember=False)
         value = int(rows[0][0]) + amount
         await batch.set_counter(unit, key, value, rows[0][1])
