@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 from typing import Dict
 
-__all__ = ["BackendCpuSampler", "proc_cpu_seconds"]
+__all__ = ["BackendCpuSampler", "proc_cpu_seconds", "MONITOR_APPLICATION_NAME"]
+
+MONITOR_APPLICATION_NAME = "rh-bench-monitor"
+"""The ``application_name`` of the sampler's own connection."""
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -42,7 +45,7 @@ class BackendCpuSampler:
         """``pid -> CPU seconds`` of the matching backends now."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.url, server_settings={"application_name": "rh-bench-monitor"})
+        conn = await asyncpg.connect(self.url, server_settings={"application_name": MONITOR_APPLICATION_NAME})
         try:
             rows = await conn.fetch(
                 "SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1 AND pid <> pg_backend_pid()",

@@ -33,7 +33,7 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, NamedTuple, Optional
 
-from pg_backends import BackendCpuSampler
+from pg_backends import MONITOR_APPLICATION_NAME, BackendCpuSampler
 
 from rollouthub.store.base import LightningStore
 from rollouthub.store.memory import InMemoryLightningStore
@@ -91,10 +91,10 @@ def install_driver_hooks(counter: Optional[StatementCounter]) -> None:
     connect_pg = asyncpg.connect
 
     async def tagged_pg(*args: Any, **kwargs: Any) -> Any:
-        settings = kwargs["server_settings"] = {
-            "application_name": APPLICATION_NAME,
-            **(kwargs.get("server_settings") or {}),
-        }
+        settings = dict(kwargs.get("server_settings") or {})
+        if settings.get("application_name") != MONITOR_APPLICATION_NAME:
+            settings["application_name"] = APPLICATION_NAME  # also over the store's own (``rollouthub``)
+        kwargs["server_settings"] = settings
         conn = await connect_pg(*args, **kwargs)
         if counter is not None and settings["application_name"] == APPLICATION_NAME:  # not the CPU sampler's
             conn.add_query_logger(lambda record: counter.record(record.query))
