@@ -372,7 +372,7 @@ class _Notify(_Op):
 
 
 _STATEMENTS: Dict[Tuple[Any, ...], str] = {}
-"""The statement text of each batch shape (guarded tables, op shapes)."""
+"""Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""
 
 
 class WriteBatch:
@@ -607,16 +607,18 @@ async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[
     their rollouts and count their attempts -- one statement, in a write transaction."""
     if unit.batch is not None:
         await unit.batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), True)
-    cols = _select_list(rollouts)
-    # LIMIT 1 (the usual claim) as a literal: PostgreSQL then keeps one generic plan instead of planning each time
-    sql = (
-        f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
-        f"{'1' if limit == 1 else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
-        f"r AS (SELECT {cols} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
-        "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
-        f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')} FROM p LEFT JOIN r ON r.rollout_id = p.value "
-        "ORDER BY p.seq"
-    )
+    key = ("dequeue_rollouts", limit == 1)
+    sql = _STATEMENTS.get(key)
+    if sql is None:
+        # LIMIT 1 (the usual claim) as a literal: PostgreSQL then keeps one generic plan instead of planning each time
+        sql = _STATEMENTS[key] = (
+            f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
+            f"{'1' if limit == 1 else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
+            f"r AS (SELECT {_select_list(rollouts)} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
+            "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
+            f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')} FROM p LEFT JOIN r ON r.rollout_id = p.value "
+            "ORDER BY p.seq"
+        )
     out: List[PoppedRollout] = []
     for row in await unit.fetch_sql(sql, [] if limit == 1 else [limit]):
         rollout = rollouts.from_row(tuple(row)[3:]) if row[2] else None
@@ -633,18 +635,21 @@ async def get_rollout_and_attempts(
     if batch is not None:
         await batch.before_statement(unit, ("rollouts", "attempts"), False)
     optimistic = unit.optimistic
-    lock = " FOR UPDATE" if unit.for_update else ""
-    version = ", xmin::text AS x" if optimistic else ""
-    rcols = _select_list(rollouts)
-    acols = _select_list(attempts)
-    sql = (
-        f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock}), "
-        f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
-        f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock}), "
-        f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock}) "
-        "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
-        "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
-    )
+    key = ("get_rollout_and_attempts", unit.for_update, optimistic)
+    sql = _STATEMENTS.get(key)
+    if sql is None:
+        lock = " FOR UPDATE" if unit.for_update else ""
+        version = ", xmin::text AS x" if optimistic else ""
+        rcols = _select_list(rollouts)
+        acols = _select_list(attempts)
+        sql = _STATEMENTS[key] = (
+            f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock}), "
+            f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
+            f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock}), "
+            f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock}) "
+            "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
+            "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
+        )
     rows = await unit.fetch_sql(sql, [rollout_id, attempt_id])
     row = tuple(rows[0])
     width_r = len(rollouts.column_names) + (1 if optimistic else 0)
