@@ -15,6 +15,10 @@ Units of work (``atomic()`` / ``execute()``):
   units in ``READ COMMITTED``; in both, rows read inside a write unit are locked (``SELECT ... FOR UPDATE``) so
   read-modify-write cannot lose updates. ``execute(commit=True)`` re-runs the callback on serialization failures /
   deadlocks (SQLSTATE 40001 / 40P01) and on SQLite "database is locked", with jittered backoff within a time budget.
+* PostgreSQL ``execute(commit=True)`` units (the business logic's read-modify-write units) defer their writes into
+  one statement and run optimistically first (reads without a transaction, the writes guarded by the versions of
+  the rows read), falling back to the transaction above when a row changed or the unit needs a result mid-way:
+  see :mod:`.sql_batch`.
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
 A unit is bound to the task that opened it: nested ``atomic()`` calls from the same task join it. Driver
