@@ -40,7 +40,6 @@ import logging
 import os
 import random
 import resource
-import socket
 import statistics
 import string
 import subprocess
@@ -315,12 +314,6 @@ class LoadAlgorithm:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _proc_cpu_seconds(pid: int) -> float:
     """utime + stime of ``pid`` in seconds (from /proc/<pid>/stat)."""
     with open(f"/proc/{pid}/stat") as fh:
@@ -371,16 +364,27 @@ class HealthProber(threading.Thread):
 
 
 class StoreServerProcess:
-    """``rollouthub store`` as a subprocess on a free port."""
+    """``rollouthub store`` as a subprocess on a free port of ``host`` (with ``n_workers`` worker processes and the
+    environment ``env``, e.g. an API token)."""
 
-    def __init__(self, backend: str, log_dir: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(
+        self,
+        backend: str,
+        log_dir: str,
+        *,
+        host: str = "127.0.0.1",
+        n_workers: int = 1,
+        env: Optional[Dict[str, str]] = None,
+    ) -> None:
+        from rollouthub.utils.server_launcher import pick_free_port
+
+        self.port = pick_free_port(host)
+        self.url = f"http://{host}:{self.port}"
         self.log_path = os.path.join(log_dir, f"store-{self.port}.log")
         cmd = [sys.executable, "-m", "rollouthub.cli", "store", "--backend", backend, "--port", str(self.port)]
-        cmd += ["--host", "127.0.0.1", "--log-level", "WARNING"]
+        cmd += ["--host", host, "--n-workers", str(n_workers), "--log-level", "WARNING"]
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

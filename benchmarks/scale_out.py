@@ -37,15 +37,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from full_stack import LoadAlgorithm, build_parser, make_agent  # noqa: E402
+from full_stack import LoadAlgorithm, StoreServerProcess, build_parser, make_agent  # noqa: E402
 from pg_backends import BackendCpuSampler, proc_cpu_seconds  # noqa: E402
 
 logger = logging.getLogger("benchmarks.scale_out")
@@ -130,30 +128,12 @@ async def _algorithm_role(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class ServerProcess:
-    """``rollouthub store`` on ``host:port`` with an API token (and ``n_workers`` worker processes)."""
+class ServerProcess(StoreServerProcess):
+    """``rollouthub store`` on ``host`` with an API token and ``n_workers`` worker processes; CPU of all of them."""
 
     def __init__(self, backend: str, host: str, n_workers: int, token: str, log_dir: str) -> None:
-        from rollouthub.utils.server_launcher import pick_free_port
-
-        self.port = pick_free_port(host)
-        self.url = f"http://{host}:{self.port}"
-        self.log_path = os.path.join(log_dir, f"store-{self.port}.log")
-        cmd = [sys.executable, "-m", "rollouthub.cli", "store", "--backend", backend, "--host", host]
-        cmd += ["--port", str(self.port), "--n-workers", str(n_workers), "--log-level", "WARNING"]
-        self._log = open(self.log_path, "w")
         env = {**os.environ, "ROLLOUTHUB_API_TOKEN": token}
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"rollouthub store exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(self.url + "/v1/agl/health", timeout=1):
-                    return
-            except Exception:
-                time.sleep(0.1)
-        raise RuntimeError(f"rollouthub store did not become healthy within 60 s; see {self.log_path}")
+        super().__init__(backend, log_dir, host=host, n_workers=n_workers, env=env)
 
     def cpu_seconds(self) -> float:
         """CPU time of the server process and all its (worker) children so far."""
@@ -170,16 +150,6 @@ class ServerProcess:
             if cpu == cpu:
                 total += cpu
         return total
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 15 s."""
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        self._log.close()
 
 
 @dataclass
