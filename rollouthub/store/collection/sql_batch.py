@@ -6,18 +6,20 @@ logic's read-modify-write units (``execute(commit=True)``) therefore run like th
 
 * **Deferred writes.** ``insert``/``update``/``upsert``/``delete``, queue appends, counter raises and ``NOTIFY``s
   are collected in the unit's :class:`WriteBatch` and sent when the unit ends, as one statement of data-modifying
-  CTEs over ``unnest``-ed arrays (``WITH w0 AS (INSERT ...), w1 AS (UPDATE ... FROM unnest(...)) ... SELECT ...``).
-  A statement that reads a table with pending writes (or writes right away) sends them first, and two writes of one
-  row are never put in one statement (PostgreSQL cannot update a row twice in a statement). What a deferred
-  ``update``/``upsert`` returns is available once the unit has ended (:class:`DeferredRows`).
+  CTEs (``WITH w0 AS (INSERT ...), w1 AS (UPDATE ... FROM (...) AS v ...) ... SELECT ...``; one row binds scalars,
+  several rows ``unnest`` one array per column; the text is built once per shape, and PostgreSQL keeps one generic
+  plan for it). A statement that reads a table with pending writes (or writes right away) sends them first, and two
+  writes of one row never share a statement (PostgreSQL cannot update a row twice in one). ``update``/``upsert``
+  with ``update_fields`` do not read the stored rows back: their result cannot be read (:class:`PendingResult`).
 * **Optimistic first.** The unit's reads run without a transaction and every row read is remembered with its version
   (the ``xmin`` system column). The final statement locks those rows (``FOR UPDATE``), checks that their versions
   did not change and only then applies the writes (all in one statement, hence atomically): a unit is one round
-  trip per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. When a row changed
+  trip per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. A counter bump reads the
+  counter and writes ``value + n`` under the same guard (or creates the counter). When a row changed
   (:class:`GuardConflict`) the unit runs again, pessimistically. A unit that needs a result from the database in
-  the middle of its writes (popping the queue, bumping a counter) raises :class:`NeedsTransaction` at that call,
-  before anything was written, and runs pessimistically from then on (remembered per callback): ``BEGIN``, reads
-  locked with ``FOR UPDATE``, the deferred writes in one statement, ``COMMIT``.
+  the middle of its writes (popping the queue) raises :class:`NeedsTransaction` at that call, before anything was
+  written, and runs pessimistically from then on (remembered per callback): ``BEGIN``, reads locked with
+  ``FOR UPDATE``, the deferred writes in one statement, ``COMMIT``.
 
 Both modes give the same guarantee: no row read by the unit changes between the read and the unit's writes. Neither
 locks rows that were not read (phantoms): as before, a rule that depends on the absence of rows relies on a row that
