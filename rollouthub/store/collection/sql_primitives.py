@@ -3,6 +3,9 @@
 A primitive is either bound to a unit of work (it was reached through the collections object yielded by
 ``atomic()``/``execute()``) or unbound (reached through :class:`~.sql.SqlLightningCollections` directly), in which
 case every operation runs in a unit of its own. Statements are compiled once per shape (see :mod:`.sql_engine`).
+
+This module is longer than 800 lines because each write primitive keeps its deferred path (PostgreSQL commit units,
+:mod:`.sql_batch`) next to the immediate path it replaces, and the three primitives share one unit plumbing.
 """
 
 from __future__ import annotations
