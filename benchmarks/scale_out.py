@@ -46,6 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from full_stack import LoadAlgorithm, StoreServerProcess, build_parser, make_agent  # noqa: E402
 from pg_backends import BackendCpuSampler, proc_cpu_seconds  # noqa: E402
 
+from rollouthub.cli import plain_text  # noqa: E402
+
 logger = logging.getLogger("benchmarks.scale_out")
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -318,7 +320,7 @@ def _print_table(results: List[ScaleResult]) -> None:
 def build_scale_parser() -> argparse.ArgumentParser:
     """The full-stack workload flags plus the scale-out ones."""
     parser = build_parser()
-    parser.description = __doc__
+    parser.description = plain_text(__doc__)
     parser.add_argument(
         "--database-url",
         default=os.environ.get("ROLLOUTHUB_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),
