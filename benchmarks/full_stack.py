@@ -40,7 +40,6 @@ import logging
 import os
 import random
 import resource
-import socket
 import statistics
 import string
 import subprocess
@@ -49,6 +48,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -314,12 +314,6 @@ class LoadAlgorithm:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _proc_cpu_seconds(pid: int) -> float:
     """utime + stime of ``pid`` in seconds (from /proc/<pid>/stat)."""
     with open(f"/proc/{pid}/stat") as fh:
@@ -370,16 +364,27 @@ class HealthProber(threading.Thread):
 
 
 class StoreServerProcess:
-    """``rollouthub store`` as a subprocess on a free port."""
+    """``rollouthub store`` as a subprocess on a free port of ``host`` (with ``n_workers`` worker processes and the
+    environment ``env``, e.g. an API token)."""
 
-    def __init__(self, backend: str, log_dir: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(
+        self,
+        backend: str,
+        log_dir: str,
+        *,
+        host: str = "127.0.0.1",
+        n_workers: int = 1,
+        env: Optional[Dict[str, str]] = None,
+    ) -> None:
+        from rollouthub.utils.server_launcher import pick_free_port
+
+        self.port = pick_free_port(host)
+        self.url = f"http://{host}:{self.port}"
         self.log_path = os.path.join(log_dir, f"store-{self.port}.log")
         cmd = [sys.executable, "-m", "rollouthub.cli", "store", "--backend", backend, "--port", str(self.port)]
-        cmd += ["--host", "127.0.0.1", "--log-level", "WARNING"]
+        cmd += ["--host", host, "--n-workers", str(n_workers), "--log-level", "WARNING"]
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -455,6 +460,7 @@ class RunResult:
     spans_per_s: float
     server_cpu_s: float
     server_cpu_ms_per_span: float
+    db_cpu_ms_per_span: float
     runners_cpu_ms_per_rollout: float
     driver_cpu_ms_per_rollout: float
     server_peak_rss_mb: float
@@ -475,15 +481,27 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
 
     server: Optional[StoreServerProcess] = None
     backend = args.backend
+    pg_schema: Optional[str] = None
+    db_sampler: Any = None
     if args.store_url:
         url = args.store_url.rstrip("/")
     else:
+        served = backend
         if backend.startswith("sqlite:///") and args.fresh_sqlite:
             path = backend[len("sqlite:///") :]
             for suffix in ("", "-wal", "-shm"):
                 if os.path.exists(path + suffix):
                     os.remove(path + suffix)
-        server = StoreServerProcess(backend, workdir)
+        elif backend.startswith(("postgresql", "postgres:")):
+            # A fresh schema per run (dropped afterwards), and connections the database CPU sampler can find.
+            run_id = uuid.uuid4().hex[:8]
+            pg_schema, app = f"rh_fullstack_{run_id}", f"rh-fullstack-{run_id}"
+            served = f"{backend}{'&' if '?' in backend else '?'}schema={pg_schema}&application_name={app}"
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from pg_backends import BackendCpuSampler
+
+            db_sampler = BackendCpuSampler(backend.split("?", 1)[0], app)
+        server = StoreServerProcess(served, workdir)
         url = server.url
     prober = HealthProber(url + "/v1/agl/health")
     load = LoadAlgorithm(args)
@@ -509,6 +527,7 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
     agent = make_agent(args.max_rounds, args.sleep_seconds)
     try:
         cpu_before = _proc_cpu_seconds(server.process.pid) if server else float("nan")
+        db_before = asyncio.run(db_sampler.sample()) if db_sampler else {}
         self_before, children_before = (
             resource.getrusage(resource.RUSAGE_SELF),
             resource.getrusage(resource.RUSAGE_CHILDREN),
@@ -519,6 +538,7 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
         finally:
             prober.stop()
             cpu_after = _proc_cpu_seconds(server.process.pid) if server else float("nan")
+            db_cpu = db_sampler.delta(db_before, asyncio.run(db_sampler.sample())) if db_sampler else float("nan")
             self_after, children_after = (
                 resource.getrusage(resource.RUSAGE_SELF),
                 resource.getrusage(resource.RUSAGE_CHILDREN),
@@ -528,6 +548,8 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
     finally:
         if server is not None:
             server.stop()
+        if pg_schema is not None:
+            asyncio.run(_drop_schema(backend, pg_schema))
     v = load.verification
     wall = max(1e-9, load.end_time - load.start_time)
     server_cpu = cpu_after - cpu_before
@@ -544,6 +566,7 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
         spans_per_s=v.spans / wall,
         server_cpu_s=server_cpu,
         server_cpu_ms_per_span=1000.0 * server_cpu / max(1, v.spans),
+        db_cpu_ms_per_span=1000.0 * db_cpu / max(1, v.spans),
         runners_cpu_ms_per_rollout=1000.0 * _cpu_delta(children_before, children_after) / max(1, v.checked),
         driver_cpu_ms_per_rollout=1000.0 * _cpu_delta(self_before, self_after) / max(1, v.checked),
         server_peak_rss_mb=peak_rss,
@@ -564,7 +587,12 @@ def _print_result(r: RunResult, echo_ms: Optional[float] = None) -> None:
         f"[{r.mode} | {r.backend}] {r.rollouts} rollouts in {r.wall_seconds:.1f}s: "
         f"{r.rollouts_per_s:.1f} rollouts/s, {r.spans_per_s:.0f} spans/s; "
         f"server CPU {r.server_cpu_ms_per_span:.3f} ms/span{echo}, peak RSS {r.server_peak_rss_mb:.0f} MB; "
-        f"CPU/rollout: runners {r.runners_cpu_ms_per_rollout:.0f} ms, driver {r.driver_cpu_ms_per_rollout:.0f} ms; "
+        + (
+            f"PostgreSQL CPU {r.db_cpu_ms_per_span:.3f} ms/span; "
+            if r.db_cpu_ms_per_span == r.db_cpu_ms_per_span
+            else ""
+        )
+        + f"CPU/rollout: runners {r.runners_cpu_ms_per_rollout:.0f} ms, driver {r.driver_cpu_ms_per_rollout:.0f} ms; "
         f"health p95 {r.health_p95_ms:.1f} ms ({r.health_errors} errors); "
         f"queue wait p50/p95 {t['queue_wait_s']['p50']:.2f}/{t['queue_wait_s']['p95']:.2f}s; "
         f"attempt p50/p95 {t['attempt_duration_s']['p50']:.2f}/{t['attempt_duration_s']['p95']:.2f}s; "
@@ -586,6 +614,16 @@ def _echo_reference_ms(clients: int = 2, ops: int = ECHO_OPS) -> float:
     from http_micro import measure_echo
 
     return statistics.median(float(measure_echo(clients, ops)["server_cpu_ms_per_op"]) for _ in range(3))
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.split("?", 1)[0].replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
 
 
 def _positive(value: str) -> int:
@@ -611,7 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backend",
         default="memory",
-        help="'memory', or a SQLite URL for the started server: sqlite:///relative.db or sqlite:////absolute/path.db.",
+        help="'memory', a SQLite URL for the started server (sqlite:///relative.db or sqlite:////absolute/path.db), or a "
+        "PostgreSQL URL (a fresh schema per run, dropped afterwards; the database backends' CPU is reported too).",
     )
     p.add_argument("--fresh-sqlite", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--mode", choices=["batch", "batch_partial", "single"], default="batch_partial")

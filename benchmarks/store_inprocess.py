@@ -4,8 +4,15 @@ Measures, for one backend, the ops/s of: enqueue, dequeue, add_span (single), ad
 update_attempt, query_spans, and the full enqueue -> dequeue -> update_attempt(succeeded) cycle. Each workload runs
 ``--runs`` times on a fresh store; min / median / max ops/s over the runs are printed.
 
+``--count-statements`` also counts the SQL statements the store sends to the database per operation (SQLite: the
+``sqlite3`` trace callback of every connection; PostgreSQL: an asyncpg query logger on every connection -- each
+statement, ``BEGIN`` and ``COMMIT`` included, is one client/server round trip there), by kind, over the measured part
+of each workload; ``--show-statements N`` prints the first N statements of each workload. On PostgreSQL the CPU time
+of the database server processes serving this process is reported per operation too (see ``pg_backends.py``).
+
     python benchmarks/store_inprocess.py --backend memory
     python benchmarks/store_inprocess.py --backend sqlite --runs 3
+    python benchmarks/store_inprocess.py --backend sqlite --only cycle --count-statements --show-statements 30
     ROLLOUTHUB_BENCH_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \\
         python benchmarks/store_inprocess.py --backend postgres
 """
@@ -14,15 +21,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable, Dict, List
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, NamedTuple, Optional
+
+from pg_backends import MONITOR_APPLICATION_NAME, BackendCpuSampler
 
 from rollouthub.cli import plain_text
 from rollouthub.store.base import LightningStore
@@ -30,6 +41,90 @@ from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.types import Span, TraceStatus
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+class StatementCounter:
+    """Counts the statements sent to the database, by kind (the first keyword: SELECT, INSERT, BEGIN, COMMIT, ...).
+
+    See :func:`install_driver_hooks`, which feeds it."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.recorded: List[str] = []
+        self.record_limit = 0
+
+    def record(self, sql: str) -> None:
+        """Count one statement (and keep its text while recording)."""
+        words = sql.lstrip().split(None, 1)
+        self.counts[words[0].rstrip(";").upper() if words else "?"] += 1
+        if len(self.recorded) < self.record_limit:
+            self.recorded.append(" ".join(sql.split()))
+
+    def reset(self, record: int = 0) -> None:
+        """Forget the counts; keep the text of the next ``record`` statements."""
+        self.counts.clear()
+        self.recorded = []
+        self.record_limit = record
+
+
+APPLICATION_NAME = f"rh-inprocess-{uuid.uuid4().hex[:8]}"
+"""The PostgreSQL ``application_name`` of this process' connections (to find their server processes)."""
+
+
+def install_driver_hooks(counter: Optional[StatementCounter]) -> None:
+    """Wrap the drivers' connect functions for the rest of the process (works with any version of the store):
+    every new asyncpg connection gets :data:`APPLICATION_NAME` and, with a counter, a query logger (asyncpg logs
+    prepared statements and the ``BEGIN``/``COMMIT`` of transactions alike); every new ``sqlite3`` connection gets a
+    trace callback feeding the counter. Connections opened before this call are not seen."""
+    if counter is not None:
+        connect_sqlite = sqlite3.connect
+
+        def traced_sqlite(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn = connect_sqlite(*args, **kwargs)
+            conn.set_trace_callback(counter.record)
+            return conn
+
+        sqlite3.connect = traced_sqlite  # type: ignore[assignment]
+    try:
+        import asyncpg
+    except ImportError:
+        return
+    connect_pg = asyncpg.connect
+
+    async def tagged_pg(*args: Any, **kwargs: Any) -> Any:
+        settings = dict(kwargs.get("server_settings") or {})
+        if settings.get("application_name") != MONITOR_APPLICATION_NAME:
+            settings["application_name"] = APPLICATION_NAME  # also over the store's own (``rollouthub``)
+        kwargs["server_settings"] = settings
+        conn = await connect_pg(*args, **kwargs)
+        if counter is not None and settings["application_name"] == APPLICATION_NAME:  # not the CPU sampler's
+            conn.add_query_logger(lambda record: counter.record(record.query))
+        return conn
+
+    asyncpg.connect = tagged_pg
+
+
+COUNTER: Optional[StatementCounter] = None
+"""The statement counter when ``--count-statements`` is given."""
+
+
+class Measure:
+    """The measured part of the running workload: its start time and, on PostgreSQL, the CPU time of this process'
+    database backends at its start."""
+
+    start = 0.0
+    sampler: Optional[BackendCpuSampler] = None
+    backends_before: Dict[int, float] = {}
+
+
+async def begin_measure() -> None:
+    """Start the measured part of a workload (run_one starts one before the workload; workloads with a setup start
+    theirs after it): reset the statement counter, sample the backends' CPU, note the time."""
+    if COUNTER is not None:
+        COUNTER.reset(COUNTER.record_limit)
+    if Measure.sampler is not None:
+        Measure.backends_before = await Measure.sampler.sample()
+    Measure.start = time.perf_counter()
 
 
 @asynccontextmanager
@@ -99,19 +194,19 @@ async def w_enqueue(store: LightningStore, n: int) -> int:
 async def w_dequeue(store: LightningStore, n: int) -> int:
     for i in range(n):
         await store.enqueue_rollout({"task": i})
-    start = time.perf_counter()
+    await begin_measure()
     for _ in range(n):
         assert await store.dequeue_rollout(worker_id="bench") is not None
-    return -int((time.perf_counter() - start) * 1e9)  # negative = measured inside
+    return n
 
 
 async def w_add_span(store: LightningStore, n: int) -> int:
     rollout = await store.start_rollout({"task": 0})
     payload = "x" * 900
-    start = time.perf_counter()
+    await begin_measure()
     for i in range(n):
         await store.add_span(make_span(rollout.rollout_id, rollout.attempt.attempt_id, i + 1, payload))
-    return -int((time.perf_counter() - start) * 1e9)
+    return n
 
 
 async def w_add_many_spans(store: LightningStore, n: int, batch: int = 500) -> int:
@@ -125,18 +220,18 @@ async def w_add_many_spans(store: LightningStore, n: int, batch: int = 500) -> i
             [make_span(r.rollout_id, r.attempt.attempt_id, seq + k + 1, payload) for k in range(batch)]
         )
         seq += batch
-    start = time.perf_counter()
+    await begin_measure()
     for spans in spans_by_batch:
         await store.add_many_spans(spans)
-    return -int((time.perf_counter() - start) * 1e9)
+    return n
 
 
 async def w_update_attempt(store: LightningStore, n: int) -> int:
     rollout = await store.start_rollout({"task": 0})
-    start = time.perf_counter()
+    await begin_measure()
     for i in range(n):
         await store.update_attempt(rollout.rollout_id, "latest", metadata={"i": i}, last_heartbeat_time=time.time())
-    return -int((time.perf_counter() - start) * 1e9)
+    return n
 
 
 async def w_query_spans(store: LightningStore, n: int) -> int:
@@ -145,11 +240,11 @@ async def w_query_spans(store: LightningStore, n: int) -> int:
     await store.add_many_spans(
         [make_span(rollout.rollout_id, rollout.attempt.attempt_id, i + 1, payload) for i in range(50)]
     )
-    start = time.perf_counter()
+    await begin_measure()
     for _ in range(n):
         result = await store.query_spans(rollout.rollout_id, "latest", limit=20)
         assert len(result) == 20
-    return -int((time.perf_counter() - start) * 1e9)
+    return n
 
 
 async def w_cycle(store: LightningStore, n: int) -> int:
@@ -172,28 +267,68 @@ WORKLOADS: Dict[str, tuple[Workload, int]] = {
 }
 
 
-async def run_one(backend: str, workload: Workload, n: int) -> float:
-    """Run a workload on a fresh store and return ops/s."""
+class RunResult(NamedTuple):
+    """One run of a workload: ops/s, and per operation the statements by kind and the database server CPU."""
+
+    rate: float
+    statements: Dict[str, float]
+    db_cpu_ms: float
+
+
+async def run_one(backend: str, workload: Workload, n: int) -> RunResult:
+    """Run a workload on a fresh store."""
     async with open_store(backend) as store:
-        start = time.perf_counter()
-        result = await workload(store, n)
-        elapsed = time.perf_counter() - start
-        if result < 0:  # the workload timed its own measured section (setup excluded)
-            elapsed = -result / 1e9
-        return n / elapsed
+        await begin_measure()
+        await workload(store, n)
+        elapsed = time.perf_counter() - Measure.start
+        db_cpu = float("nan")
+        if Measure.sampler is not None:
+            db_cpu = BackendCpuSampler.delta(Measure.backends_before, await Measure.sampler.sample())
+        await asyncio.sleep(0)  # asyncpg hands its query-log records over with call_soon
+        statements = {kind: count / n for kind, count in COUNTER.counts.items()} if COUNTER is not None else {}
+        return RunResult(n / elapsed, statements, 1000.0 * db_cpu / n)
 
 
-async def main_async(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
-    report: Dict[str, Dict[str, float]] = {}
+def _format_statements(per_op: Dict[str, float]) -> str:
+    total = sum(per_op.values())
+    parts = ", ".join(f"{kind} {count:.2f}" for kind, count in sorted(per_op.items(), key=lambda kv: -kv[1]))
+    return f"{total:.2f} statements/op ({parts})"
+
+
+async def main_async(args: argparse.Namespace) -> Dict[str, Dict[str, Any]]:
+    if args.backend == "postgres":
+        url = os.environ.get("ROLLOUTHUB_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+        Measure.sampler = BackendCpuSampler(url, APPLICATION_NAME)
+    report: Dict[str, Dict[str, Any]] = {}
     selected = [w for w in WORKLOADS if not args.only or any(o in w for o in args.only)]
     for name in selected:
         workload, n = WORKLOADS[name]
         n = max(1, int(n * args.scale))
-        rates = []
+        runs: List[RunResult] = []
         for run in range(args.runs):
-            rates.append(await run_one(args.backend, workload, n))
-            print(f"  {name:32s} run {run + 1}/{args.runs}: {rates[-1]:10.0f} ops/s", file=sys.stderr, flush=True)
-        report[name] = {"min": min(rates), "median": statistics.median(rates), "max": max(rates), "n": n}
+            if COUNTER is not None:
+                COUNTER.reset(args.show_statements_chars if run == 0 else 0)
+            result = await run_one(args.backend, workload, n)
+            runs.append(result)
+            line = f"  {name:32s} run {run + 1}/{args.runs}: {result.rate:10.0f} ops/s"
+            if result.db_cpu_ms == result.db_cpu_ms:
+                line += f", database CPU {result.db_cpu_ms:.3f} ms/op"
+            if COUNTER is not None:
+                line += ", " + _format_statements(result.statements)
+            print(line, file=sys.stderr, flush=True)
+            if COUNTER is not None and run == 0 and COUNTER.recorded:
+                print("    first statements of the measured part:", file=sys.stderr)
+                for sql in COUNTER.recorded:
+                    print(f"      {sql[:220]}", file=sys.stderr)
+        rates = [r.rate for r in runs]
+        report[name] = {
+            "min": min(rates),
+            "median": statistics.median(rates),
+            "max": max(rates),
+            "n": n,
+            "db_cpu_ms_per_op": statistics.median(r.db_cpu_ms for r in runs),
+            "statements_per_op": runs[-1].statements,
+        }
     return report
 
 
@@ -213,13 +348,45 @@ def main() -> None:
         help="cpu: time with this process' CPU time (time.process_time) -- comparable on a shared, loaded machine; "
         "meaningless for postgres (the server's work is not counted)",
     )
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="event loop (the store server runs on uvloop when it is installed)",
+    )
+    parser.add_argument(
+        "--count-statements",
+        action="store_true",
+        help="count the statements sent to the database per operation, by kind (BEGIN/COMMIT included)",
+    )
+    parser.add_argument(
+        "--show-statements",
+        type=int,
+        default=0,
+        dest="show_statements_chars",
+        metavar="N",
+        help="with --count-statements: print the first N statements of each workload's measured part",
+    )
     args = parser.parse_args()
+    global COUNTER
+    if args.count_statements:
+        COUNTER = StatementCounter()
+    install_driver_hooks(COUNTER)
     if args.clock == "cpu":
         time.perf_counter = time.process_time  # type: ignore[assignment]
+    if args.loop == "uvloop":
+        import uvloop
+
+        uvloop.install()
     report = asyncio.run(main_async(args))
-    print(f"\nbackend={args.backend} runs={args.runs} clock={args.clock}  (ops/s: min / median / max)")
+    print(f"\nbackend={args.backend} runs={args.runs} clock={args.clock} loop={args.loop}  (ops/s: min / median / max)")
     for name, row in report.items():
-        print(f"  {name:32s} {row['min']:10.0f} {row['median']:10.0f} {row['max']:10.0f}   (n={int(row['n'])})")
+        line = f"  {name:32s} {row['min']:10.0f} {row['median']:10.0f} {row['max']:10.0f}   (n={int(row['n'])})"
+        if row["db_cpu_ms_per_op"] == row["db_cpu_ms_per_op"]:
+            line += f"  database CPU {row['db_cpu_ms_per_op']:.3f} ms/op"
+        if row["statements_per_op"]:
+            line += "  " + _format_statements(row["statements_per_op"])
+        print(line)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"backend": args.backend, "runs": args.runs, "results": report}, fh, indent=2)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Opti
 from rollouthub.types import Rollout, Span
 
 from . import rows as row_builders
+from .reward_cache import FinalRewardCache
 from .selection import ExportFormat, ExportSelection, Pairing
 
 if TYPE_CHECKING:
@@ -126,6 +127,20 @@ async def _spans_of(store: LightningStore, rollout: Rollout, attempt_id: str) ->
     return list(await store.query_spans(rollout.rollout_id, attempt_id))
 
 
+async def _final_reward_of(
+    store: LightningStore, rollout: Rollout, attempt_id: str, rewards: Optional[FinalRewardCache]
+) -> Optional[float]:
+    """``rollout``'s final reward: from ``rewards`` when it holds the current version, else from the spans."""
+    if rewards is not None:
+        hit, reward = rewards.lookup(rollout)
+        if hit:
+            return reward
+    reward = row_builders.final_reward(await _spans_of(store, rollout, attempt_id))
+    if rewards is not None:
+        rewards.store(rollout, reward)
+    return reward
+
+
 def _input_key(value: Any) -> bytes:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
@@ -143,6 +158,7 @@ async def iter_export_rows(
     page_size: int = DEFAULT_PAGE_SIZE,
     summary: Optional[ExportSummary] = None,
     on_progress: Optional[ProgressCallback] = None,
+    rewards: Optional[FinalRewardCache] = None,
 ) -> AsyncIterator[Dict[str, Any]]:
     """Rows of ``format`` for the rollouts of ``selection``, in rollout start-time order (deterministic).
 
@@ -151,12 +167,16 @@ async def iter_export_rows(
     adapters cannot read). ``preferences`` first reads every selected rollout once, keeping a small index entry per
     rollout (a hash of its input, ids and reward: ~200 bytes), then reads the rollouts of each input with two or more
     different rewards again to build the pairs, input after input in order of first appearance.
+
+    ``rewards``: a cache of final rewards shared between exports (the store server's): every final reward computed
+    here is stored in it, and ``rewards`` rows and the first ``preferences`` pass take the rewards it holds instead of
+    reading the spans (see :mod:`rollouthub.export.reward_cache`).
     """
     selection = selection or ExportSelection()
     summary = summary if summary is not None else ExportSummary(format)
     rollouts = iter_selected_rollouts(store, selection, page_size=page_size, summary=summary, on_progress=on_progress)
     if format == "preferences":
-        async for row in _preference_rows(store, rollouts, selection, pairing, summary):
+        async for row in _preference_rows(store, rollouts, selection, pairing, summary, rewards):
             yield row
         return
     triplet_adapter = row_builders.TracerTraceToTriplet(llm_call_match=row_builders.DEFAULT_LLM_CALL_MATCH)
@@ -170,8 +190,14 @@ async def iter_export_rows(
             else:
                 summary.skip("no attempt")
             continue
-        spans = await _spans_of(store, rollout, attempt_id)
-        reward = row_builders.final_reward(spans)
+        spans: List[Span] = []  # a rewards row needs the final reward only: the cache may hold it
+        if format == "rewards":
+            reward = await _final_reward_of(store, rollout, attempt_id, rewards)
+        else:
+            spans = await _spans_of(store, rollout, attempt_id)
+            reward = row_builders.final_reward(spans)
+            if rewards is not None:
+                rewards.store(rollout, reward)
         reason = selection.reward_rejects(reward)
         if reason is not None:
             summary.skip(reason)
@@ -205,6 +231,7 @@ async def _preference_rows(
     selection: ExportSelection,
     pairing: Pairing,
     summary: ExportSummary,
+    rewards: Optional[FinalRewardCache],
 ) -> AsyncIterator[Dict[str, Any]]:
     groups: Dict[bytes, List[_Entry]] = {}
     async for rollout in rollouts:
@@ -212,8 +239,7 @@ async def _preference_rows(
         if attempt_id is None:
             summary.skip("no attempt")
             continue
-        spans = await _spans_of(store, rollout, attempt_id)
-        reward = row_builders.final_reward(spans)
+        reward = await _final_reward_of(store, rollout, attempt_id, rewards)
         reason = selection.reward_rejects(reward) or ("no final reward" if reward is None else None)
         if reason is not None:
             summary.skip(reason)

@@ -79,6 +79,7 @@ from .base import (
 from .collection.base import (
     DuplicatedPrimaryKeyError,
     LightningCollections,
+    PoppedRollout,
     _current_private_method,
     _current_public_method,
     get_current_store_methods,
@@ -477,12 +478,12 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
             async def pop_and_claim(
                 c: Any, want: int = want, nothing_yet: bool = nothing_yet
             ) -> Tuple[bool, List[AttemptedRollout]]:
-                ids = await c.rollout_queue.dequeue(want)
-                if not ids:
+                popped = await c.dequeue_rollouts(want)
+                if not popped:
                     if worker_id is not None and nothing_yet:
                         await self._unlocked_dequeue_mark_worker_idle(c, worker_id)
                     return False, []
-                batch = await self._post_dequeue_rollouts(c, ids, worker_id)
+                batch = await self._post_dequeue_rollouts(c, popped, worker_id)
                 if batch:
                     await self._unlocked_sync_workers_with_attempts(c, [batch[-1].attempt], dequeue=True)
                 return True, batch
@@ -498,15 +499,13 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
 
     @tracked("_post_dequeue_rollouts")
     async def _post_dequeue_rollouts(
-        self, c: Any, rollout_ids: Sequence[str], worker_id: Optional[str]
+        self, c: Any, popped: Sequence[PoppedRollout], worker_id: Optional[str]
     ) -> List[AttemptedRollout]:
-        """Inside a unit: create attempts for the popped ids whose rollouts are still queuing."""
-        rollouts = await self._unlocked_query_rollouts_by_rollout_ids(c, rollout_ids)
+        """Inside a unit: create attempts for the popped rollouts that are still queuing."""
         now = time.time()
         attempts: List[Attempt] = []
         updated: List[Rollout] = []
-        for rollout_id in rollout_ids:
-            rollout = rollouts.get(rollout_id)
+        for rollout_id, rollout, count in popped:
             if rollout is None or rollout.status not in ROLLOUT_QUEUING_STATUSES:
                 logger.warning(
                     "Dropping dequeued rollout %s: %s",
@@ -514,7 +513,6 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
                     "it no longer exists" if rollout is None else f"its status is {rollout.status}",
                 )
                 continue
-            count = (await c.attempts.query(filter=_by_rollout(rollout_id), limit=0)).total
             attempts.append(
                 Attempt(
                     rollout_id=rollout_id,
@@ -1013,20 +1011,13 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         """Inside a unit: the rollout, the attempt and -- when a heartbeat would promote the rollout, which only its
         latest attempt may do -- the latest attempt (else ``None``); ``ValueError`` when either does not exist.
 
-        A promotable rollout is read with all its attempts in one query (the attempt and the latest one at once)."""
-        rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+        All three are read at once (:meth:`~.collection.base.LightningCollections.get_rollout_and_attempts`)."""
+        rollout, latest, attempt = await c.get_rollout_and_attempts(rollout_id, attempt_id)
         if rollout is None:
             raise ValueError(f"Rollout {rollout_id} not found")
-        latest: Optional[Attempt] = None
-        if heartbeat_promotes_rollout(rollout.status):
-            attempts = (await c.attempts.query(filter=_by_rollout(rollout_id), sort=_LATEST_FIRST)).items
-            attempt = next((a for a in attempts if a.attempt_id == attempt_id), None)
-            latest = attempts[0] if attempts else None
-        else:
-            attempt = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
         if attempt is None:
             raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
-        return rollout, attempt, latest
+        return rollout, attempt, latest if heartbeat_promotes_rollout(rollout.status) else None
 
     @tracked("_insert_spans_with_fallback")
     async def _insert_spans_with_fallback(self, spans: List[Span]) -> List[Span]:
@@ -1261,18 +1252,17 @@ class CollectionBasedLightningStore(LightningStore, Generic[T_collections]):
         self, c: Any, rollout_id: str, attempt_id: str, updates: Dict[str, Any]
     ) -> Tuple[Attempt, Optional[Rollout]]:
         """Inside a unit: update one attempt; when it is the latest, propagate its status to the rollout."""
-        rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+        rollout, latest, target = await c.get_rollout_and_attempts(
+            rollout_id, None if attempt_id == "latest" else attempt_id
+        )
         if rollout is None:
             raise ValueError(f"Rollout {rollout_id} not found")
-        latest = await self._unlocked_get_latest_attempt(c, rollout_id)
         if latest is None:
             raise ValueError(f"No attempts found for rollout {rollout_id}")
-        if attempt_id == "latest" or attempt_id == latest.attempt_id:
+        if attempt_id == "latest":
             target = latest
-        else:
-            target = await c.attempts.get(filter=_by_attempt(rollout_id, attempt_id))
-            if target is None:
-                raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
+        elif target is None:
+            raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
         updates = dict(updates)
         if "status" in updates and attempt_status_sets_end_time(updates["status"]):
             updates["end_time"] = time.time()

@@ -7,7 +7,7 @@ dequeues look at the queue every :data:`QUEUE_POLL_SECONDS` for rollouts queued 
 * SQLite: while somebody waits, one background task per event loop reads ``PRAGMA data_version`` every 100 ms and
   wakes the waiters when another connection (any process) committed.
 * PostgreSQL: while somebody waits, one dedicated asyncpg connection per event loop ``LISTEN``s on a channel; every
-  store ``NOTIFY``s it (with the finished rollout ids) when rollouts reach a terminal status.
+  store ``NOTIFY``s it (with the finished rollout ids) in the unit that writes a terminal status.
 
 See ``docs/sql-backend.md``.
 """
@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union
 from rollouthub.types import Attempt, AttemptedRollout, Rollout
 from rollouthub.utils.metrics import MetricsBackend
 
-from .base import LightningStoreCapabilities, paginated_json_from_items
+from .base import LightningStoreCapabilities, is_finished, paginated_json_from_items
 from .collection.sql import SqlLightningCollections
 from .collection_based import CollectionBasedLightningStore, _attach, tracked
 
@@ -45,7 +45,6 @@ WATCH_GRACE_SECONDS = 2.0
 QUEUE_POLL_SECONDS = 0.5
 """How often a waiting ``dequeue_rollout_or_wait`` looks at the queue for rollouts queued by other processes."""
 
-_NOTIFY_PAYLOAD_LIMIT = 7900
 _IN_CHUNK = 500
 
 
@@ -253,7 +252,7 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
 
         await self.collections.initialize()
         dsn = self.collections.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(dsn, server_settings=dict(self.collections.server_settings))
         lost = asyncio.Event()
 
         def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
@@ -282,14 +281,12 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
                 finally:
                     await conn.close()
 
-    async def _on_rollouts_finished(self, rollout_ids: Sequence[str]) -> None:
-        """PostgreSQL: ``NOTIFY`` the other processes' waiters (SQLite relies on ``PRAGMA data_version``)."""
-        if self.collections.dialect != "postgresql" or not rollout_ids:
-            return
-        payload = ",".join(rollout_ids)
-        if len(payload) > _NOTIFY_PAYLOAD_LIMIT:
-            payload = ""  # too long: wake everybody
-        try:
-            await self.collections.notify(self._channel, payload)
-        except Exception as exc:  # pragma: no cover - the write itself has been committed already
-            logger.warning("NOTIFY on %s failed: %s", self.database_url, exc)
+    @tracked("_unlocked_update_rollout_only")
+    async def _unlocked_update_rollout_only(self, c: Any, rollout: Rollout, updates: Dict[str, Any]) -> Rollout:
+        """PostgreSQL: a rollout that reaches a terminal status ``NOTIFY``s the other processes' waiters, in the unit
+        that writes the status (sent with its writes, delivered when it commits). SQLite relies on ``PRAGMA
+        data_version``."""
+        updated = await super()._unlocked_update_rollout_only(c, rollout, updates)
+        if self.collections.dialect == "postgresql" and updated is not rollout and is_finished(updated):
+            await c.notify(self._channel, updated.rollout_id)
+        return updated

@@ -4,6 +4,7 @@ import { formatDateTime, formatDuration, formatRelativeTime, formatStatusLabel }
 import { attributeEntries, buildWaterfall, fetchStatusCounts } from './insights';
 import { buildLearningCurve, fetchLearningCurve, fetchRewardsOf, formatReward, parseJsonl, type RewardRow } from './training';
 import { normalizePaginated, normalizeRollout, normalizeSpan, normalizeWorker } from './normalize';
+import { POLL_BACKOFF_FACTOR, pollCheckMs, pollDue } from './polling';
 import {
   fetchRollouts,
   fetchSpans,
@@ -364,5 +365,27 @@ describe('training data (issue 18)', () => {
     const counts = await fetchStatusCounts(client);
     expect(counts.total).toBe(3 + 6);
     expect(counts.succeeded).toBe(3);
+  });
+});
+
+describe('polling', () => {
+  it('polls every interval while the server answers quickly', () => {
+    const last = { startMs: 1000, endMs: 1050 };
+    expect(pollDue(5999, last, 5000)).toBe(false);
+    expect(pollDue(6000, last, 5000)).toBe(true);
+    expect(pollCheckMs(5000)).toBe(1000);
+    expect(pollCheckMs(250)).toBe(250);
+  });
+
+  it('never polls while a request is in flight', () => {
+    expect(pollDue(1e9, { startMs: 1000, endMs: -1 }, 5000)).toBe(false);
+  });
+
+  it('lets a slow server rest 4x as long as its last answer took', () => {
+    expect(POLL_BACKOFF_FACTOR).toBe(4);
+    const last = { startMs: 0, endMs: 2000 }; // a 2 s refresh (a big store)
+    expect(pollDue(5000, last, 5000)).toBe(false); // the interval has passed, the rest has not
+    expect(pollDue(9999, last, 5000)).toBe(false);
+    expect(pollDue(10000, last, 5000)).toBe(true); // 2 s of work per 10 s: 20 % of the server's time
   });
 });

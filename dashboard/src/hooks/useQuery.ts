@@ -3,6 +3,7 @@ import { useCallback, useEffect, useRef, useState } from 'react';
 import { useUi } from '../state/ui';
 import { getErrorDescriptor } from '../api/client';
 import { isUnauthorized } from '../api/training';
+import { pollCheckMs, pollDue, type LastRequest } from '../api/polling';
 
 export const UNAUTHORIZED_MESSAGE = 'Unauthorized — the store requires an API token. Set it in Settings → API token.';
 
@@ -28,7 +29,7 @@ export function useQuery<T>(
   const fetcherRef = useRef(fetcher);
   fetcherRef.current = fetcher;
   const controllerRef = useRef<AbortController | null>(null);
-  const inFlight = useRef(false);
+  const lastRequest = useRef<LastRequest>({ startMs: 0, endMs: 0 });
   const [tick, setTick] = useState(0);
 
   useEffect(() => {
@@ -40,16 +41,20 @@ export function useQuery<T>(
     controllerRef.current?.abort();
     controllerRef.current = controller;
     setState((s) => ({ ...s, isFetching: true }));
-    inFlight.current = true;
+    const request: LastRequest = { startMs: performance.now(), endMs: -1 }; // endMs < startMs: in flight
+    lastRequest.current = request;
+    const settled = () => {
+      request.endMs = performance.now();
+    };
     fetcherRef.current(controller.signal).then(
       (data) => {
         if (controller.signal.aborted) return;
-        inFlight.current = false;
+        settled();
         setState({ data, error: null, isFetching: false, key });
       },
       (error) => {
         if (controller.signal.aborted || (error as Error)?.name === 'AbortError') return;
-        inFlight.current = false;
+        settled();
         setState((s) => ({ data: s.key === key ? s.data : undefined, error, isFetching: false, key }));
       },
     );
@@ -59,10 +64,11 @@ export function useQuery<T>(
   const pollMs = options.pollMs ?? 0;
   useEffect(() => {
     if (!pollMs || key === null) return;
-    // Skip a poll while the previous request is still in flight (a slow server is not hammered with aborts).
+    // Refetch every pollMs, never while the previous request is in flight (a slow server is not hammered with
+    // aborts) and only once the server has rested 4× as long as that request took (api/polling.ts).
     const id = window.setInterval(() => {
-      if (!inFlight.current) setTick((t) => t + 1);
-    }, pollMs);
+      if (pollDue(performance.now(), lastRequest.current, pollMs)) setTick((t) => t + 1);
+    }, pollCheckMs(pollMs));
     return () => window.clearInterval(id);
   }, [pollMs, key]);
 

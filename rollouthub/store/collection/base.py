@@ -25,6 +25,7 @@ from typing import (
     List,
     Literal,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
     Tuple,
@@ -64,6 +65,8 @@ __all__ = [
     "NormalizedFilter",
     "get_current_store_methods",
     "FILTER_OPERATORS",
+    "PoppedRollout",
+    "RolloutAttempts",
 ]
 
 AtomicMode = Literal["r", "w", "rw"]
@@ -471,8 +474,37 @@ class KeyValue(TrackedCollection, Generic[K, V]):
         raise NotImplementedError()
 
 
+class PoppedRollout(NamedTuple):
+    """One id popped by :meth:`LightningCollections.dequeue_rollouts`, with what the claim needs to know."""
+
+    rollout_id: str
+    rollout: Optional[Any]
+    """The stored rollout (``None`` when it no longer exists)."""
+    attempt_count: int
+    """How many attempts the rollout has."""
+
+
+class RolloutAttempts(NamedTuple):
+    """What :meth:`LightningCollections.get_rollout_and_attempts` read."""
+
+    rollout: Optional[Any]
+    """The rollout (``None`` when it does not exist; the other fields are then ``None`` too)."""
+    latest: Optional[Any]
+    """Its attempt with the highest ``sequence_id`` (``None`` when it has none)."""
+    attempt: Optional[Any]
+    """The attempt asked for (``None`` when none was asked for or it does not exist)."""
+
+
+_LATEST_ATTEMPT_FIRST: SortOptions = {"name": "sequence_id", "order": "desc"}
+
+
 class LightningCollections(TrackedCollection):
-    """The bundle of primitives a store needs, plus atomic units over them."""
+    """The bundle of primitives a store needs, plus atomic units over them.
+
+    Besides the primitives, two *compound* operations read what the business logic needs at once (defaults here,
+    written with the primitives; a backend may answer them with one statement -- PostgreSQL does, see
+    ``docs/sql-backend.md``): :meth:`dequeue_rollouts` and :meth:`get_rollout_and_attempts`.
+    """
 
     def __init__(self, tracker: Optional[MetricsBackend] = None, extra_labels: Optional[Sequence[str]] = None) -> None:
         super().__init__(tracker=tracker)
@@ -526,6 +558,36 @@ class LightningCollections(TrackedCollection):
     def span_sequence_ids(self) -> KeyValue[str, int]:
         """Rollout id -> last issued span sequence id."""
         raise NotImplementedError()
+
+    async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
+        """Compound: pop up to ``limit`` ids from :attr:`rollout_queue` and read, for each (in the order popped), the
+        stored rollout and its number of attempts. Meant to run inside the write unit that claims them."""
+        out: List[PoppedRollout] = []
+        for rollout_id in await self.rollout_queue.dequeue(limit):
+            rollout = await self.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+            count = 0
+            if rollout is not None:
+                count = (
+                    await self.attempts.query(filter={"_must": {"rollout_id": {"exact": rollout_id}}}, limit=0)
+                ).total
+            out.append(PoppedRollout(rollout_id, rollout, count))
+        return out
+
+    async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
+        """Compound: a rollout, its latest attempt (highest ``sequence_id``) and the attempt ``attempt_id`` (when
+        given), read together."""
+        rollout = await self.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
+        if rollout is None:
+            return RolloutAttempts(None, None, None)
+        attempts = (
+            await self.attempts.query(
+                filter={"_must": {"rollout_id": {"exact": rollout_id}}}, sort=_LATEST_ATTEMPT_FIRST
+            )
+        ).items
+        attempt = None
+        if attempt_id is not None:
+            attempt = next((a for a in attempts if a.attempt_id == attempt_id), None)
+        return RolloutAttempts(rollout, attempts[0] if attempts else None, attempt)
 
     def atomic(
         self,

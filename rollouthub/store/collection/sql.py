@@ -15,6 +15,10 @@ Units of work (``atomic()`` / ``execute()``):
   units in ``READ COMMITTED``; in both, rows read inside a write unit are locked (``SELECT ... FOR UPDATE``) so
   read-modify-write cannot lose updates. ``execute(commit=True)`` re-runs the callback on serialization failures /
   deadlocks (SQLSTATE 40001 / 40P01) and on SQLite "database is locked", with jittered backoff within a time budget.
+* PostgreSQL ``execute(commit=True)`` units (the business logic's read-modify-write units) defer their writes into
+  one statement and run optimistically first (reads without a transaction, the writes guarded by the versions of
+  the rows read), falling back to the transaction above when a row changed or the unit needs a result mid-way:
+  see :mod:`.sql_batch`.
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
 A unit is bound to the task that opened it: nested ``atomic()`` calls from the same task join it. Driver
@@ -31,7 +35,7 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Tuple, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import aiologic
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -41,7 +45,18 @@ from typing_extensions import Self
 
 from rollouthub.utils.metrics import MetricsBackend
 
-from .base import AtomicLabels, AtomicMode, Collection, KeyValue, LightningCollections, Queue
+from . import sql_batch
+from .base import (
+    AtomicLabels,
+    AtomicMode,
+    Collection,
+    KeyValue,
+    LightningCollections,
+    PoppedRollout,
+    Queue,
+    RolloutAttempts,
+)
+from .sql_batch import GuardConflict, NeedsTransaction
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_primitives import SqlCollection, SqlKeyValue, SqlQueue
 from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
@@ -106,18 +121,52 @@ class _UnitView(LightningCollections):
         """Nested executes run inside this unit (no separate retry)."""
         return await callback(self)
 
+    async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
+        """PostgreSQL: one statement (see :func:`.sql_batch.dequeue_rollouts`); SQLite: the primitives."""
+        if self._unit.sqlite or limit <= 0:
+            return await super().dequeue_rollouts(limit)
+        return await sql_batch.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
+
+    async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
+        """PostgreSQL: one statement (see :func:`.sql_batch.get_rollout_and_attempts`); SQLite: the primitives."""
+        if self._unit.sqlite:
+            return await super().get_rollout_and_attempts(rollout_id, attempt_id)
+        specs = self._backend.schema.specs
+        return await sql_batch.get_rollout_and_attempts(
+            self._unit, specs["rollouts"], specs["attempts"], rollout_id, attempt_id
+        )
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """PostgreSQL ``NOTIFY`` delivered when this unit commits (deferred with its writes when it defers them)."""
+        batch = self._unit.batch
+        if batch is not None:
+            batch.notify(channel, payload)
+        else:
+            await self._unit.fetch_sql("SELECT pg_notify($1, $2)", [channel, payload])
+
 
 class _UnitScope:
     """Async context of one unit (class-based: this runs several times per store call)."""
 
-    __slots__ = ("backend", "write", "snapshot", "commit", "view", "unit", "token")
+    __slots__ = ("backend", "write", "snapshot", "commit", "view", "unit", "token", "deferred", "optimistic")
 
-    def __init__(self, backend: SqlLightningCollections, write: bool, snapshot: bool, commit: bool, view: bool) -> None:
+    def __init__(
+        self,
+        backend: SqlLightningCollections,
+        write: bool,
+        snapshot: bool,
+        commit: bool,
+        view: bool,
+        deferred: bool = False,
+        optimistic: bool = False,
+    ) -> None:
         self.backend = backend
         self.write = write
         self.snapshot = snapshot
         self.commit = commit
         self.view = view
+        self.deferred = deferred
+        self.optimistic = optimistic
         self.unit: Optional[Unit] = None
         self.token: Any = None
 
@@ -126,7 +175,7 @@ class _UnitScope:
         if active is not None and active.backend is self.backend and (active.write or not self.write):
             if active.task is asyncio.current_task():
                 return active.view if self.view else active
-        unit = self.unit = Unit(self.backend, self.write, self.snapshot, self.commit)
+        unit = self.unit = Unit(self.backend, self.write, self.snapshot, self.commit, self.deferred, self.optimistic)
         unit.view = _UnitView(self.backend, unit)
         self.token = ACTIVE_UNIT.set(unit)
         return unit.view if self.view else unit
@@ -163,12 +212,15 @@ class SqlLightningCollections(LightningCollections):
         url: database URL; ``sqlite://``/``postgresql://`` are rewritten to the aiosqlite/asyncpg drivers.
         tracker: optional metrics backend.
         echo: log the SQL of schema creation/migration (SQLAlchemy engine echo).
-        pool_size / max_overflow: connection pool size per event loop.
+        pool_size / max_overflow: at most ``pool_size + max_overflow`` driver connections per event loop (opened on
+            demand and kept).
         busy_timeout: SQLite: seconds a writer waits for another process' write lock.
         synchronous: SQLite ``PRAGMA synchronous`` (``"NORMAL"``: survives a process crash; ``"FULL"``: also
             survives power loss, slower).
         commit_retry_budget: seconds ``execute(commit=True)`` keeps retrying transient conflicts.
-        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing.
+        schema: PostgreSQL schema (``search_path``) holding the tables; created when missing. A PostgreSQL URL may
+            name it instead (``?schema=name``), set the connections' ``application_name`` (``?application_name=``,
+            default ``rollouthub``) and size the pool (``?pool_size=4&max_overflow=4``).
         sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
             locks asynchronously). ``False``: one aiosqlite worker thread per connection.
         engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
@@ -192,6 +244,33 @@ class SqlLightningCollections(LightningCollections):
         super().__init__(tracker=tracker)
         self.url, self.dialect = normalize_database_url(url)
         self.display_url = describe_url(self.url)
+        self.server_settings: Dict[str, str] = {}
+        """PostgreSQL session settings of every connection: ``application_name`` (from the URL's
+        ``?application_name=`` or ``rollouthub``, so that ``pg_stat_activity`` tells the store's connections apart)
+        and the ``search_path`` of ``schema``."""
+        if self.dialect == "postgresql":
+            query = self.url.query
+            self.server_settings["application_name"] = str(query.get("application_name") or "rollouthub")
+            # The URL may also name the schema and size the pool (e.g. for `rollouthub store --backend URL`).
+            if schema is None and query.get("schema"):
+                schema = str(query["schema"])
+            for name in ("pool_size", "max_overflow"):
+                if name in query:
+                    try:
+                        value = int(str(query[name]))
+                    except ValueError:
+                        raise ValueError(
+                            f"{name} in the database URL must be an integer, got {query[name]!r}"
+                        ) from None
+                    if value < (1 if name == "pool_size" else 0):
+                        raise ValueError(f"{name} in the database URL is out of range: {value}")
+                    if name == "pool_size":
+                        pool_size = value
+                    else:
+                        max_overflow = value
+            self.url = self.url.difference_update_query(["application_name", "schema", "pool_size", "max_overflow"])
+            if schema:
+                self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"Invalid synchronous mode {synchronous!r}")
         self.schema = SqlSchema(self.dialect)
@@ -218,6 +297,8 @@ class SqlLightningCollections(LightningCollections):
         self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
         self._unbound: Optional[Dict[str, Any]] = None
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
+        self._pessimistic_callbacks: Set[Any] = set()
+        """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 
     # --- engines ----------------------------------------------------------------------------------------------
 
@@ -232,8 +313,8 @@ class SqlLightningCollections(LightningCollections):
             kwargs["async_creator"] = make_async_creator(
                 str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
             )
-        elif self.pg_schema:
-            kwargs["connect_args"] = {"server_settings": {"search_path": self.pg_schema}}
+        else:
+            kwargs["connect_args"] = {"server_settings": dict(self.server_settings)}
         kwargs.update(self._engine_kwargs)
         return create_async_engine(self.url, **kwargs)
 
@@ -279,7 +360,7 @@ class SqlLightningCollections(LightningCollections):
         import asyncpg
 
         dsn = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        settings = {"search_path": self.pg_schema} if self.pg_schema else None
+        settings = dict(self.server_settings)
 
         async def connect() -> Any:
             return await asyncpg.connect(dsn, server_settings=settings)
@@ -350,10 +431,21 @@ class SqlLightningCollections(LightningCollections):
         """An async context yielding the active unit of this task (when compatible) or a new one."""
         return _UnitScope(self, write, snapshot, commit, False)
 
-    def _atomic(self, mode: AtomicMode, snapshot: bool, commit: bool, labels: Optional[Sequence[AtomicLabels]]) -> Any:
+    def _atomic(
+        self,
+        mode: AtomicMode,
+        snapshot: bool,
+        commit: bool,
+        labels: Optional[Sequence[AtomicLabels]],
+        optimistic: Optional[bool] = None,
+    ) -> Any:
+        """``optimistic``: ``None`` for a plain unit; ``True``/``False`` for a PostgreSQL unit of ``execute(commit=True)``
+        that defers its writes, run optimistically or in a transaction (see :mod:`.sql_batch`)."""
         if labels and all(label == "generic" for label in labels):
             return _GenericScope(self)
-        return _UnitScope(self, mode != "r" or commit, snapshot, commit, True)
+        if optimistic is None:
+            return _UnitScope(self, mode != "r" or commit, snapshot, commit, True)
+        return _UnitScope(self, True, snapshot, commit, True, deferred=True, optimistic=optimistic)
 
     def atomic(
         self,
@@ -371,11 +463,23 @@ class SqlLightningCollections(LightningCollections):
 
     @asynccontextmanager
     async def _tracked_atomic(
-        self, mode: AtomicMode, snapshot: bool, commit: bool, labels: Optional[Sequence[AtomicLabels]]
+        self,
+        mode: AtomicMode,
+        snapshot: bool,
+        commit: bool,
+        labels: Optional[Sequence[AtomicLabels]],
+        optimistic: Optional[bool] = None,
     ) -> AsyncIterator[LightningCollections]:
         async with self.tracking_context("atomic", "router"):
-            async with self._atomic(mode, snapshot, commit, labels) as view:
+            async with self._atomic(mode, snapshot, commit, labels, optimistic) as view:
                 yield view
+
+    def _commit_unit(
+        self, mode: AtomicMode, snapshot: bool, labels: Optional[Sequence[AtomicLabels]], optimistic: Optional[bool]
+    ) -> Any:
+        if self.tracker is None:
+            return self._atomic(mode, snapshot, True, labels, optimistic)
+        return self._tracked_atomic(mode, snapshot, True, labels, optimistic)
 
     async def execute(
         self,
@@ -387,20 +491,36 @@ class SqlLightningCollections(LightningCollections):
         labels: Optional[Sequence[AtomicLabels]] = None,
         **kwargs: Any,
     ) -> R:
-        """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried."""
+        """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried.
+
+        PostgreSQL ``commit=True`` units defer their writes and run optimistically first (:mod:`.sql_batch`): the
+        callback may run more than once, so it must be re-runnable (as for conflict retries)."""
         active = ACTIVE_UNIT.get()
         nested = active is not None and active.backend is self and active.task is asyncio.current_task()
         if not commit or nested:
             async with self.atomic(mode=mode, snapshot=snapshot, commit=commit, labels=labels) as view:
                 return await callback(view)
+        deferred = self.dialect == "postgresql" and not (labels and all(label == "generic" for label in labels))
+        code = getattr(callback, "__code__", type(callback))
+        optimistic: Optional[bool] = None
+        if deferred:
+            optimistic = not snapshot and code not in self._pessimistic_callbacks
         deadline = time.monotonic() + self._commit_retry_budget
         delay = 0.002
         attempt = 0
         while True:
             attempt += 1
             try:
-                async with self.atomic(mode=mode, snapshot=snapshot, commit=True, labels=labels) as view:
+                async with self._commit_unit(mode, snapshot, labels, optimistic) as view:
                     return await callback(view)
+            except NeedsTransaction as exc:
+                if exc.remember:
+                    self._pessimistic_callbacks.add(code)
+                optimistic = False
+                continue
+            except GuardConflict:
+                optimistic = False  # the rows are contended: lock them this time
+                continue
             except Exception as exc:
                 if not is_transient_error(exc) or time.monotonic() + delay > deadline:
                     raise

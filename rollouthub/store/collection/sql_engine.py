@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from sqlalchemy.exc import DBAPIError
 
+from .sql_batch import WriteBatch
+
 if TYPE_CHECKING:
     from .sql import SqlLightningCollections
 
@@ -154,9 +156,19 @@ class Unit:
         "view",
         "sqlite",
         "for_update",
+        "batch",
+        "optimistic",
     )
 
-    def __init__(self, backend: SqlLightningCollections, write: bool, snapshot: bool, commit: bool) -> None:
+    def __init__(
+        self,
+        backend: SqlLightningCollections,
+        write: bool,
+        snapshot: bool,
+        commit: bool,
+        deferred: bool = False,
+        optimistic: bool = False,
+    ) -> None:
         self.backend = backend
         self.write = write
         self.snapshot = snapshot
@@ -169,8 +181,12 @@ class Unit:
         self.view: Any = None
         self.sqlite: bool = backend.dialect == "sqlite"
         """Whether the unit runs on SQLite."""
-        self.for_update: bool = write and not self.sqlite
-        """Lock the rows read by this unit (PostgreSQL write units)."""
+        self.optimistic = optimistic
+        """PostgreSQL commit unit run without a transaction (see :mod:`.sql_batch`)."""
+        self.for_update: bool = write and not self.sqlite and not optimistic
+        """Lock the rows read by this unit (PostgreSQL write units in a transaction)."""
+        self.batch: Optional[WriteBatch] = WriteBatch() if deferred else None
+        """The deferred writes of a PostgreSQL commit unit (see :mod:`.sql_batch`)."""
 
     async def driver(self) -> Any:
         """The unit's driver connection, opening it (and its transaction) on first use."""
@@ -193,7 +209,7 @@ class Unit:
                 if self.sqlite:
                     if self.write or self.snapshot:
                         raw.pending_begin = "BEGIN IMMEDIATE" if self.write else "BEGIN"
-                elif self.write or self.snapshot:
+                elif (self.write or self.snapshot) and not self.optimistic:
                     isolation = "repeatable_read" if (self.commit or not self.write) else "read_committed"
                     tx = raw.transaction(isolation=isolation, readonly=not self.write)
                     await tx.start()
@@ -212,7 +228,17 @@ class Unit:
             lock.release()
 
     async def close(self, failed: bool) -> None:
-        """Commit (or roll back when ``failed``) and release the connection and the lock."""
+        """Send the deferred writes, commit (or roll back when ``failed``), release the connection and the lock."""
+        batch = self.batch
+        if batch is not None and batch.ops and not failed:
+            try:
+                await batch.flush(self)
+            except BaseException:
+                await self._end(True)
+                raise
+        await self._end(failed)
+
+    async def _end(self, failed: bool) -> None:
         pool, raw, tx = self.pool, self.raw, self._pg_tx
         self.pool = self.raw = self._pg_tx = None
         try:

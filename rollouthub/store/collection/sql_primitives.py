@@ -3,10 +3,14 @@
 A primitive is either bound to a unit of work (it was reached through the collections object yielded by
 ``atomic()``/``execute()``) or unbound (reached through :class:`~.sql.SqlLightningCollections` directly), in which
 case every operation runs in a unit of its own. Statements are compiled once per shape (see :mod:`.sql_engine`).
+
+This module is longer than 800 lines because each write primitive keeps its deferred path (PostgreSQL commit units,
+:mod:`.sql_batch`) next to the immediate path it replaces, and the three primitives share one unit plumbing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from typing import (
@@ -43,7 +47,8 @@ from .base import (
     resolve_sort_options,
     tracked,
 )
-from .sql_engine import StatementCache, Unit
+from .sql_batch import PENDING, PG_ARRAY, NeedsTransaction
+from .sql_engine import ACTIVE_UNIT, StatementCache, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
 from .sql_schema import TableSpec, json_dumps
 
@@ -56,7 +61,6 @@ T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 
 _SCALAR_TYPES: Dict[Optional[str], type] = {"str": str, "int": int, "float": float}
-_PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
 
 
 class RowItems(Sequence[R]):
@@ -96,16 +100,34 @@ class RowItems(Sequence[R]):
 
 
 class _SqlPrimitive:
-    """Shared plumbing: run in the bound unit, or in a unit of its own."""
+    """Shared plumbing: run in the bound unit, or in a unit of its own; defer writes in units that batch them."""
 
     _backend: SqlLightningCollections
     _unit: Optional[Unit]
+    _table_name: str
 
     async def _run(self, write: bool, fn: Callable[[Unit], Awaitable[R]]) -> R:
-        if self._unit is not None:
-            return await fn(self._unit)
+        unit = self._unit
+        if unit is not None:
+            if unit.batch is not None:
+                await unit.batch.before_statement(unit, (self._table_name,), write)
+            return await fn(unit)
         async with self._backend._unit_scope(write=write, snapshot=False, commit=False) as own:
+            if own.batch is not None:
+                await own.batch.before_statement(own, (self._table_name,), write)
             return await fn(own)
+
+    def _deferring(self) -> Optional[Unit]:
+        """The unit this primitive's writes go to when it defers them (PostgreSQL commit units, see
+        :mod:`.sql_batch`): the bound unit, or the task's active write unit that an unbound primitive joins."""
+        unit = self._unit
+        if unit is None:
+            unit = ACTIVE_UNIT.get()
+            if unit is None or unit.backend is not self._backend or not unit.write:
+                return None
+            if unit.task is not asyncio.current_task():
+                return None
+        return unit if unit.batch is not None else None
 
     def _stmt(self, key: Any, build: Callable[[], Any]) -> Any:
         return self._backend.stmts.get(key, build)
@@ -123,6 +145,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         self._backend = backend
         self._spec = spec
         self._unit = unit
+        self._table_name = spec.name
 
     @property
     def collection_name(self) -> str:
@@ -233,17 +256,29 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
 
         return resolved, build
 
-    def _select(self, unit: Unit, marker: Any, shape: Any, nf: Any, sort: Any, limit: bool, offset: bool) -> Any:
+    def _columns(self, versioned: bool) -> List[Any]:
+        """The selected columns; ``versioned`` adds the row version (``xmin``) last (optimistic units)."""
+        if not versioned:
+            return self._spec.columns
+        return [*self._spec.columns, sa.literal_column(f'"{self._spec.name}".xmin::text')]
+
+    def _select(self, unit: Unit, marker: Any, shape: Any, nf: Any, sort: Any, limit: str, offset: bool) -> Any:
+        """``limit``: ``""`` (none), ``"param"`` (the ``lim`` parameter) or ``"one"`` (``LIMIT 1`` literally, for
+        ``get``: PostgreSQL keeps one generic plan for a statement whose ``LIMIT`` is no parameter, instead of
+        planning it at each execution)."""
         sort_key, order_build = sort
         for_update = unit.for_update
-        key = ("q", self._spec.name, shape, sort_key, limit, offset, for_update)
+        versioned = unit.optimistic
+        key = ("q", self._spec.name, shape, sort_key, limit, offset, for_update, versioned)
 
         def build() -> Any:
-            stmt = sa.select(*self._spec.columns)
+            stmt = sa.select(*self._columns(versioned))
             if marker is not None:
                 stmt = stmt.where(self._where_clause(nf))
             stmt = stmt.order_by(*order_build())
-            if limit:
+            if limit == "one":
+                stmt = stmt.limit(sa.literal_column("1", sa.Integer()))
+            elif limit:
                 stmt = stmt.limit(bp("lim", type_=sa.Integer()))
             if offset:
                 stmt = stmt.offset(bp("off", type_=sa.Integer()))
@@ -310,8 +345,10 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         async def run(unit: Unit) -> Tuple[List[Any], int]:
             items: List[Any] = []
             if limit != 0:
-                stmt = self._select(unit, marker, shape, nf, order, limit > 0, offset > 0)
+                stmt = self._select(unit, marker, shape, nf, order, "param" if limit > 0 else "", offset > 0)
                 rows = await unit.fetch(stmt, {**values, "lim": limit, "off": offset})
+                if unit.optimistic:
+                    unit.batch.guard_rows(self._spec, rows)  # type: ignore[union-attr]
                 items = [convert(r) for r in rows]
                 if (limit < 0 or len(items) < limit) and (items or offset == 0):
                     return items, offset + len(items)
@@ -332,8 +369,10 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             return None
 
         async def run(unit: Unit) -> Optional[T]:
-            stmt = self._select(unit, marker, shape, nf, order, True, False)
-            rows = await unit.fetch(stmt, {**values, "lim": 1})
+            stmt = self._select(unit, marker, shape, nf, order, "one", False)
+            rows = await unit.fetch(stmt, values)
+            if unit.optimistic:
+                unit.batch.guard_rows(self._spec, rows)  # type: ignore[union-attr]
             return self._spec.from_row(rows[0]) if rows else None  # type: ignore[return-value]
 
         return await self._run(False, run)
@@ -347,13 +386,21 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
 
     async def _fetch_by_key(self, unit: Unit, key: Tuple[str, ...]) -> Optional[T]:
         spec = self._spec
+        batch = unit.batch
+        if batch is not None:
+            await batch.before_statement(unit, (spec.name,), False)
         for_update = unit.for_update
-        stmt = self._backend.stmts.get(("pkget", spec.name, for_update), lambda: self._pk_select(for_update))
+        versioned = unit.optimistic
+        stmt = self._backend.stmts.get(
+            ("pkget", spec.name, for_update, versioned), lambda: self._pk_select(for_update, versioned)
+        )
         rows = await unit.fetch(stmt, self._pk_binds(key))
+        if versioned:
+            batch.guard_rows(spec, rows)  # type: ignore[union-attr]
         return spec.from_row(rows[0]) if rows else None  # type: ignore[return-value]
 
-    def _pk_select(self, for_update: bool) -> Any:
-        stmt = sa.select(*self._spec.columns).where(self._pk_where()).limit(1)
+    def _pk_select(self, for_update: bool, versioned: bool) -> Any:
+        stmt = sa.select(*self._columns(versioned)).where(self._pk_where()).limit(1)
         return stmt.with_for_update() if for_update else stmt
 
     async def query_json_present(self, status_in: Sequence[str], json_field: str, keys: Sequence[str]) -> List[T]:
@@ -396,6 +443,9 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             seen.add(key)
         spec = self._spec
         rows = [spec.to_row(i) for i in items]
+        deferring = self._deferring()
+        if deferring is not None and await deferring.batch.insert(deferring, spec, keys, rows):  # type: ignore[union-attr]
+            return
         cols = spec.column_names
         if self._backend.dialect == "sqlite":
             stmt = self._stmt(("i", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
@@ -429,7 +479,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             dup = await self._run(True, run_sqlite)
         else:
             col_list = ", ".join(f'"{c}"' for c in cols)
-            arrays = ", ".join(f"${i + 1}::{_PG_ARRAY[spec.kinds.get(c, 'json')]}" for i, c in enumerate(cols))
+            arrays = ", ".join(f"${i + 1}::{PG_ARRAY[spec.kinds.get(c, 'json')]}" for i, c in enumerate(cols))
             pks = ", ".join(f'"{k}"' for k in spec.primary_keys)
             sql = f'INSERT INTO "{spec.name}" ({col_list}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING RETURNING {pks}'
 
@@ -475,6 +525,12 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             stmt = sa.update(t).where(self._pk_where()).values(sets)
             return stmt.returning(*spec.columns) if returning else stmt
 
+        deferring = self._deferring()
+        if deferring is not None:
+            keys = [self._pk_values(item) for item in items]
+            rows = [spec.to_row(item, names) for item in items]
+            if await deferring.batch.update(deferring, spec, names, keys, rows):  # type: ignore[union-attr]
+                return PENDING if returning else list(items)
         stmt = self._stmt(("u", spec.name, names, returning), build)
 
         async def run(unit: Unit) -> Sequence[T]:
@@ -513,6 +569,12 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             stmt = ins.on_conflict_do_update(index_elements=list(spec.primary_keys), set_=sets)
             return stmt.returning(*spec.columns) if returning else stmt
 
+        deferring = self._deferring()
+        if deferring is not None:
+            keys = [self._pk_values(item) for item in items]
+            rows = [spec.to_row(item) for item in items]
+            if await deferring.batch.upsert(deferring, spec, names, keys, rows):  # type: ignore[union-attr]
+                return PENDING if returning else list(items)
         stmt = self._stmt(("s", spec.name, names, returning), build)
 
         async def run(unit: Unit) -> Sequence[T]:
@@ -528,6 +590,11 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
     async def delete(self, items: Sequence[T]) -> None:
         """``DELETE`` by primary key; a missing key raises ``ValueError``."""
         self._check_items(items)
+        deferring = self._deferring()
+        if deferring is not None and await deferring.batch.delete(  # type: ignore[union-attr]
+            deferring, self._spec, [self._pk_values(item) for item in items]
+        ):
+            return
         stmt = self._stmt(("d", self._spec.name), lambda: sa.delete(self._spec.table).where(self._pk_where()))
 
         async def run(unit: Unit) -> None:
@@ -548,6 +615,7 @@ class SqlQueue(_SqlPrimitive, Queue[str]):
         self._backend = backend
         self._unit = unit
         self._table = backend.schema.queue
+        self._table_name = "rollout_queue"
 
     @property
     def collection_name(self) -> str:
@@ -578,6 +646,10 @@ class SqlQueue(_SqlPrimitive, Queue[str]):
         if not items:
             return []
         values = list(items)
+        deferring = self._deferring()
+        if deferring is not None:
+            deferring.batch.enqueue(values)  # type: ignore[union-attr]
+            return values
         if self._backend.dialect == "sqlite":
             stmt = self._stmt(("qi",), lambda: sa.insert(self._table).values(value=bp("v")))
 
@@ -639,6 +711,7 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
         self._backend = backend
         self._unit = unit
         self._table = backend.schema.kv
+        self._table_name = "span_sequence_ids"
 
     @property
     def collection_name(self) -> str:
@@ -696,6 +769,9 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
         t = self._table
         if isinstance(amount, int):
             pg = self._backend.dialect == "postgresql"
+            deferring = self._deferring()
+            if op == "inc" and deferring is not None and deferring.optimistic:
+                return await self._optimistic_inc(deferring, str(key), amount)
 
             def build() -> Any:
                 ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
@@ -732,6 +808,29 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
         async with self._backend._unit_scope(write=True, snapshot=False, commit=True) as own:
             return await slow(own)
 
+    async def _optimistic_inc(self, unit: Unit, key: str, amount: int) -> int:
+        """``inc`` in an optimistic unit: read the counter with its version, defer the write of ``value + amount``
+        guarded by that version (a concurrent bump re-runs the unit); a missing counter is created by the deferred
+        writes (a concurrent creation re-runs the unit). A non-integer value needs a transaction
+        (:class:`~.sql_batch.NeedsTransaction`, not remembered: it concerns this key only)."""
+        batch = unit.batch
+        assert batch is not None
+        await batch.before_statement(unit, (self._table_name,), False)
+        t = self._table
+        stmt = self._stmt(
+            ("kgv",),
+            lambda: sa.select(t.c.num, sa.literal_column("span_sequence_ids.xmin::text")).where(self._where_key()),
+        )
+        rows = await unit.fetch(stmt, {"k": key})
+        if not rows:
+            await batch.set_counter(unit, key, amount, None)
+            return amount
+        if rows[0][0] is None:
+            raise NeedsTransaction(remember=False)
+        value = int(rows[0][0]) + amount
+        await batch.set_counter(unit, key, value, rows[0][1])
+        return value
+
     @tracked("inc")
     async def inc(self, key: str, amount: Any) -> Any:
         """Add ``amount`` atomically (missing key -> ``amount``); returns the new value."""
@@ -749,7 +848,13 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
         :meth:`chmax` only when needed (a conditional upsert would still lock the row there)."""
         ensure_numeric(value, description="value")
         if self._backend.dialect != "sqlite" or not isinstance(value, int):
-            await super().raise_to(key, value)
+            deferring = self._deferring()
+            if deferring is None or not isinstance(value, int):
+                await super().raise_to(key, value)
+                return
+            current = await self.get(key)  # read (no lock): only raise when needed; a non-number fails here
+            if current is None or ensure_numeric(current, description="existing value") < value:
+                deferring.batch.raise_to(str(key), value)  # type: ignore[union-attr]
             return
         t = self._table
 

@@ -133,6 +133,11 @@ class TableSpec:
     _json_layout: Optional[List[Tuple[str, str]]] = field(default=None, init=False, repr=False)
 
     @functools.cached_property
+    def pk_positions(self) -> Tuple[int, ...]:
+        """Positions of the primary-key fields in a row selected with :attr:`columns`."""
+        return tuple(self.fields.index(k) for k in self.primary_keys)
+
+    @functools.cached_property
     def pk_bind_names(self) -> Tuple[str, ...]:
         """Names of the bound parameters of the primary-key condition (``k_<field>``)."""
         return tuple(f"k_{k}" for k in self.primary_keys)

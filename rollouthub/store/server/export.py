@@ -5,7 +5,12 @@
   whatever the store holds. Query parameters: ``format`` (``messages``, ``triplets``, ``preferences``, ``rewards``),
   ``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in`` (repeated), ``since``, ``until``,
   ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``) -- validated before anything is read:
-  a bad or unknown parameter is a 400 naming it.
+  a bad or unknown parameter is a 400 naming it. Every export shares the server's cache of final rewards
+  (:class:`rollouthub.export.reward_cache.FinalRewardCache` in ``app.state.reward_cache``, at most
+  ``ROLLOUTHUB_REWARD_CACHE_ENTRIES`` entries, default 100 000; ``0`` disables it): the dashboard's learning curve
+  re-reads every finished rollout's final reward every few seconds, and the spans are read again only for the
+  rollouts that changed since. ``rewards`` rows are read 1000 rollouts per store query (they hold no spans), the
+  other formats 100.
 * ``GET /v1/agl/rollouts/{rollout_id}/conversation``: the rollout's LLM calls (prompt, response, tool calls, token
   counts), its conversations (the ``messages`` export rows) and its final reward -- the dashboard's conversation view.
 
@@ -31,6 +36,12 @@ __all__ = ["export_routes", "parse_export_query"]
 _LIST_PARAMS = ("status_in", "mode_in", "resources_id_in", "rollout_id_in")
 _NUMBER_PARAMS = ("since", "until", "min_reward", "max_reward")
 _PAGE_SIZE = 100
+_REWARDS_PAGE_SIZE = 1000
+"""A page of the store is sorted by start time for each query: few large pages instead of many small ones (the
+rows of a ``rewards`` export are small; the page's rollouts are all it holds)."""
+
+REWARD_CACHE_ENV = "ROLLOUTHUB_REWARD_CACHE_ENTRIES"
+"""Cap of the server's final-reward cache (entries; ``0`` disables it)."""
 
 
 def _bad(field: str, message: str) -> HTTPException:
@@ -72,8 +83,28 @@ def parse_export_query(params: QueryParams) -> tuple[str, str, Any]:
     return format, pairs, selection
 
 
-async def export_rows(call: Call) -> Any:
-    """Stream training-data rows as JSONL (see :mod:`rollouthub.export`)."""
+def _reward_cache_entries() -> Optional[int]:
+    """``$ROLLOUTHUB_REWARD_CACHE_ENTRIES`` (``None`` when unset); ``ValueError`` naming it when invalid."""
+    from rollouthub.env_var import resolve_int_env_var
+
+    entries = resolve_int_env_var(REWARD_CACHE_ENV)
+    if entries is not None and entries < 0:
+        raise ValueError(f"{REWARD_CACHE_ENV} must be 0 (no cache) or a positive number of entries, got {entries}")
+    return entries
+
+
+def _rewards(call: Call, entries: Optional[int]) -> Any:
+    """The server's final-reward cache (``app.state.reward_cache``), created by the first export."""
+    state = call.app.state
+    cache = getattr(state, "reward_cache", None)
+    if cache is None:
+        from rollouthub.export.reward_cache import FinalRewardCache
+
+        cache = state.reward_cache = FinalRewardCache() if entries is None else FinalRewardCache(entries)
+    return cache
+
+
+async def _export_rows(call: Call, cache_entries: Optional[int]) -> Any:
     # The declared parameters document the route; the whole query string is checked here (unknown or repeated
     # parameters are 400s naming them).
     kind, pairing, selection = parse_export_query(QueryParams(call.scope["query_string"]))
@@ -81,11 +112,20 @@ async def export_rows(call: Call) -> Any:
     from rollouthub.export.writers import encode_jsonl
 
     server = call.server
+    page_size = _REWARDS_PAGE_SIZE if kind == "rewards" else _PAGE_SIZE
+    rewards = _rewards(call, cache_entries)
 
     async def body() -> AsyncIterator[bytes]:
         chunk: List[bytes] = []
         size = 0
-        async for row in iter_export_rows(server, kind, selection, pairing=pairing, page_size=_PAGE_SIZE):  # type: ignore[arg-type]
+        async for row in iter_export_rows(
+            server,
+            kind,  # type: ignore[arg-type]
+            selection,
+            pairing=pairing,  # type: ignore[arg-type]
+            page_size=page_size,
+            rewards=rewards,
+        ):
             line = encode_jsonl(row)
             chunk.append(line)
             size += len(line)
@@ -132,7 +172,14 @@ _EXPORT_QUERY = {
 
 
 def export_routes(prefix: str) -> List[Route]:
-    """The export and conversation routes under ``prefix`` (``/v1/agl``)."""
+    """The export and conversation routes under ``prefix`` (``/v1/agl``); ``ValueError`` for an invalid
+    ``$ROLLOUTHUB_REWARD_CACHE_ENTRIES`` (checked here: a bad value stops the server at start)."""
+    cache_entries = _reward_cache_entries()
+
+    async def export_rows(call: Call) -> Any:
+        """Stream training-data rows as JSONL (see :mod:`rollouthub.export`)."""
+        return await _export_rows(call, cache_entries)
+
     return [
         Route(
             ["GET"],

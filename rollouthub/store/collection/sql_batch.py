@@ -1,0 +1,668 @@
+"""PostgreSQL: the writes of a commit unit sent as ONE statement, optimistic units, and the compound reads.
+
+On PostgreSQL every statement -- ``BEGIN`` and ``COMMIT`` included -- is a client/server round trip, and the round
+trips, not the SQL work, dominate the cost of a store call (``docs/sql-backend.md`` has the counts). The business
+logic's read-modify-write units (``execute(commit=True)``) therefore run like this on PostgreSQL:
+
+* **Deferred writes.** ``insert``/``update``/``upsert``/``delete``, queue appends, counter raises and ``NOTIFY``s
+  are collected in the unit's :class:`WriteBatch` and sent when the unit ends, as one statement of data-modifying
+  CTEs (``WITH w0 AS (INSERT ...), w1 AS (UPDATE ... FROM (...) AS v ...) ... SELECT ...``; one row binds scalars,
+  several rows ``unnest`` one array per column; the text is built once per shape, and PostgreSQL keeps one generic
+  plan for it). A statement that reads a table with pending writes (or writes right away) sends them first, and two
+  writes of one row never share a statement (PostgreSQL cannot update a row twice in one). ``update``/``upsert``
+  with ``update_fields`` do not read the stored rows back: their result cannot be read (:class:`PendingResult`).
+* **Optimistic first.** The unit's reads run without a transaction and every row read is remembered with its version
+  (the ``xmin`` system column). The final statement locks those rows (``FOR UPDATE``), checks that their versions
+  did not change and only then applies the writes (all in one statement, hence atomically): a unit is one round
+  trip per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. A counter bump reads the
+  counter and writes ``value + n`` under the same guard (or creates the counter). When a row changed
+  (:class:`GuardConflict`) the unit runs again, pessimistically. A unit that needs a result from the database in
+  the middle of its writes (popping the queue) raises :class:`NeedsTransaction` at that call, before anything was
+  written, and runs pessimistically from then on (remembered per callback): ``BEGIN``, reads locked with
+  ``FOR UPDATE``, the deferred writes in one statement, ``COMMIT``.
+
+Both modes give the same guarantee: no row read by the unit changes between the read and the unit's writes. Neither
+locks rows that were not read (phantoms): as before, a rule that depends on the absence of rows relies on a row that
+is read -- e.g. every new attempt also writes its rollout's row, which the attempt updates read.
+
+The compound reads of :class:`~.base.LightningCollections` are answered with one statement each
+(:func:`dequeue_rollouts`, :func:`get_rollout_and_attempts`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from .base import DuplicatedPrimaryKeyError, PoppedRollout, RolloutAttempts
+from .sql_schema import TableSpec
+
+if TYPE_CHECKING:
+    from .sql_engine import Unit
+
+__all__ = [
+    "NeedsTransaction",
+    "GuardConflict",
+    "WriteBatch",
+    "PendingResult",
+    "PENDING",
+    "dequeue_rollouts",
+    "get_rollout_and_attempts",
+    "PG_ARRAY",
+]
+
+PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
+"""The array type of each column kind (parameters of ``unnest``)."""
+
+_NOTIFY_PAYLOAD_LIMIT = 7900
+
+
+class NeedsTransaction(BaseException):
+    """An optimistic unit did something only a transaction can do (raised before anything was written). A
+    ``BaseException``: the business logic must not catch it -- ``execute()`` runs the unit again, pessimistically,
+    and (``remember``) runs that callback pessimistically from then on."""
+
+    def __init__(self, remember: bool = True) -> None:
+        super().__init__()
+        self.remember = remember
+
+
+class _CounterSpec(NamedTuple):
+    """The key-value table as guards and row claims see it (name and primary key)."""
+
+    name: str
+    primary_keys: Tuple[str, ...]
+
+
+_COUNTERS: Any = _CounterSpec("span_sequence_ids", ("key",))
+
+
+class GuardConflict(Exception):
+    """A row read by an optimistic unit changed before its writes: nothing was written; run the unit again."""
+
+
+class PendingResult(Sequence[Any]):
+    """What a deferred ``update``/``upsert`` with ``update_fields`` returns: the stored rows are not read back (the
+    writes are sent at the end of the unit, and reading whole rows back would cost the database and the client for
+    results the business logic never uses). Any access raises ``RuntimeError``; read the rows after the unit."""
+
+    __slots__ = ()
+
+    def _fail(self) -> Any:
+        raise RuntimeError(
+            "update()/upsert() inside a PostgreSQL execute(commit=True) unit do not return the stored rows (the writes "
+            "are sent when the unit ends); read them after the unit"
+        )
+
+    def __len__(self) -> int:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._fail()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return "<PendingResult of a deferred write>"
+
+
+PENDING = PendingResult()
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+def _kind(spec: TableSpec, name: str) -> str:
+    return spec.kinds.get(name, "json")
+
+
+_PG_SCALAR = {"str": "text", "int": "int8", "float": "float8", "json": "jsonb"}
+
+
+def _source(first: int, names: Sequence[str], kinds: Sequence[str], single: bool) -> str:
+    """Rows of columns ``names`` as a table ``v``, from parameters ``$first, ...``: one row of scalars (cheaper to
+    send and to plan than arrays), or ``unnest`` of one array per column."""
+    if single:
+        values = ", ".join(
+            f"${first + i}::{_PG_SCALAR[kind]} AS {_q(n)}" for i, (n, kind) in enumerate(zip(names, kinds, strict=True))
+        )
+        return f"(SELECT {values}) AS v"
+    arrays = ", ".join(f"${first + i}::{PG_ARRAY[kind]}" for i, kind in enumerate(kinds))
+    return f"unnest({arrays}) AS v({_columns(names)})"
+
+
+def _source_params(columns: Iterable[Sequence[Any]], single: bool) -> List[Any]:
+    """The parameters of :func:`_source` from the values of each column."""
+    return [values[0] for values in columns] if single else [list(values) for values in columns]
+
+
+def _columns(names: Sequence[str], prefix: str = "") -> str:
+    return ", ".join(prefix + _q(n) for n in names)
+
+
+def _missing(spec: TableSpec, keys: Sequence[Tuple[Any, ...]], found: Iterable[Any]) -> None:
+    present = {tuple(row) for row in found or ()}
+    for key in keys:
+        if key not in present:
+            raise ValueError(
+                "Item does not exist with primary key(s): "
+                + ", ".join(f"{k}={v!r}" for k, v in zip(spec.primary_keys, key, strict=False))
+            )
+
+
+class _Op:
+    """One deferred write: a CTE of the batch's statement. The SQL text depends on :attr:`shape` only (it is built
+    once per shape); :meth:`params` are its parameters; ``reports`` ops add a value to the final ``SELECT``."""
+
+    __slots__ = ("shape",)
+    shape: Tuple[Any, ...]
+    reports = False
+
+    def cte(self, first: int, ok: str) -> str:
+        """The statement, with parameters ``$first, $first+1, ...``; ``ok``: the guard condition (``""``: none)."""
+        raise NotImplementedError()
+
+    def params(self) -> List[Any]:
+        """The parameter values."""
+        raise NotImplementedError()
+
+    def check(self, value: Any) -> None:
+        """Check the reported value (ops with ``reports``)."""
+
+
+class _Insert(_Op):
+    __slots__ = ("spec", "rows")
+
+    def __init__(self, spec: TableSpec, rows: List[Dict[str, Any]]) -> None:
+        self.shape = ("i", spec.name, len(rows) == 1)
+        self.spec = spec
+        self.rows = rows
+
+    def cte(self, first: int, ok: str) -> str:
+        spec = self.spec
+        cols = spec.column_names
+        where = f" WHERE {ok}" if ok else ""
+        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[2])
+        return f"INSERT INTO {_q(spec.name)} ({_columns(cols)}) SELECT * FROM {source}{where}"
+
+    def params(self) -> List[Any]:
+        rows = self.rows
+        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), self.shape[2])
+
+
+class _Update(_Op):
+    """``UPDATE ... FROM`` the new values, by primary key; reports the keys found (each must exist, else
+    ``ValueError``)."""
+
+    __slots__ = ("spec", "names", "keys", "rows")
+    reports = True
+
+    def __init__(
+        self, spec: TableSpec, names: Tuple[str, ...], keys: List[Tuple[Any, ...]], rows: List[Dict[str, Any]]
+    ) -> None:
+        self.shape = ("u", spec.name, names, len(rows) == 1)
+        self.spec = spec
+        self.names = names
+        self.keys = keys
+        self.rows = rows
+
+    def cte(self, first: int, ok: str) -> str:
+        spec = self.spec
+        pks = spec.primary_keys
+        cols = [*pks, *self.names]
+        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[3])
+        sets = ", ".join(f"{_q(n)} = v.{_q(n)}" for n in self.names) or f"{_q(pks[0])} = t.{_q(pks[0])}"
+        join = " AND ".join(f"t.{_q(k)} = v.{_q(k)}" for k in pks)
+        cond = f" AND {ok}" if ok else ""
+        return (
+            f"UPDATE {_q(spec.name)} AS t SET {sets} FROM {source} WHERE {join}{cond} RETURNING {_columns(pks, 't.')}"
+        )
+
+    def params(self) -> List[Any]:
+        keys, rows = self.keys, self.rows
+        columns: List[Any] = [[key[i] for key in keys] for i in range(len(keys[0]))]
+        columns.extend([row[n] for row in rows] for n in self.names)
+        return _source_params(columns, self.shape[3])
+
+    def check(self, value: Any) -> None:
+        _missing(self.spec, self.keys, value)
+
+
+class _Upsert(_Op):
+    __slots__ = ("spec", "rows")
+
+    def __init__(self, spec: TableSpec, names: Tuple[str, ...], rows: List[Dict[str, Any]]) -> None:
+        self.shape = ("s", spec.name, names, len(rows) == 1)
+        self.spec = spec
+        self.rows = rows
+
+    def cte(self, first: int, ok: str) -> str:
+        spec = self.spec
+        cols = spec.column_names
+        pks = spec.primary_keys
+        names = self.shape[2]
+        sets = ", ".join(f"{_q(n)} = excluded.{_q(n)}" for n in names) or f"{_q(pks[0])} = t.{_q(pks[0])}"
+        where = f" WHERE {ok}" if ok else ""
+        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[3])
+        return (
+            f"INSERT INTO {_q(spec.name)} AS t ({_columns(cols)}) SELECT * FROM {source}{where} "
+            f"ON CONFLICT ({_columns(pks)}) DO UPDATE SET {sets}"
+        )
+
+    def params(self) -> List[Any]:
+        rows = self.rows
+        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), self.shape[3])
+
+
+class _Delete(_Op):
+    """``DELETE ... USING`` the keys; reports the keys found (each must exist)."""
+
+    __slots__ = ("spec", "keys")
+    reports = True
+
+    def __init__(self, spec: TableSpec, keys: List[Tuple[Any, ...]]) -> None:
+        self.shape = ("d", spec.name, len(keys) == 1)
+        self.spec = spec
+        self.keys = keys
+
+    def cte(self, first: int, ok: str) -> str:
+        pks = self.spec.primary_keys
+        source = _source(first, pks, ["str"] * len(pks), self.shape[2])
+        join = " AND ".join(f"t.{_q(k)} = v.{_q(k)}" for k in pks)
+        cond = f" AND {ok}" if ok else ""
+        return (
+            f"DELETE FROM {_q(self.spec.name)} AS t USING {source} WHERE {join}{cond} RETURNING {_columns(pks, 't.')}"
+        )
+
+    def params(self) -> List[Any]:
+        keys = self.keys
+        return _source_params(([key[i] for key in keys] for i in range(len(keys[0]))), self.shape[2])
+
+    def check(self, value: Any) -> None:
+        _missing(self.spec, self.keys, value)
+
+
+class _Enqueue(_Op):
+    """Queue appends (all of a unit's, in call order: one op keeps their FIFO order)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values: List[str] = []
+        self.shape = ("q", False)
+
+    def extend(self, values: Sequence[str]) -> None:
+        """Append values (in call order)."""
+        self.values.extend(values)
+        self.shape = ("q", len(self.values) == 1)
+
+    def cte(self, first: int, ok: str) -> str:
+        where = f" WHERE {ok}" if ok else ""
+        if self.shape[1]:
+            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where}"
+        return (
+            f"INSERT INTO rollout_queue (value) SELECT u.v FROM unnest(${first}::text[]) WITH ORDINALITY AS u(v, i)"
+            f"{where} ORDER BY u.i"
+        )
+
+    def params(self) -> List[Any]:
+        return [self.values[0] if len(self.values) == 1 else self.values]
+
+
+class _RaiseTo(_Op):
+    """Counter raises (``KeyValue.raise_to`` with integers): one conditional upsert per key, the largest value."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.shape = ("r",)
+        self.values: Dict[str, int] = {}
+
+    def cte(self, first: int, ok: str) -> str:
+        where = f" WHERE {ok}" if ok else ""
+        return (
+            f"INSERT INTO span_sequence_ids AS t (key, num, value) SELECT v.k, v.n, NULL FROM "
+            f"unnest(${first}::text[], ${first + 1}::int8[]) AS v(k, n){where} ON CONFLICT (key) DO UPDATE "
+            "SET num = excluded.num WHERE t.num IS NOT NULL AND t.num < excluded.num"
+        )
+
+    def params(self) -> List[Any]:
+        return [list(self.values), list(self.values.values())]
+
+
+class _SetCounter(_Op):
+    """The optimistic ``inc`` of one counter: ``UPDATE ... SET num`` (its row version is guarded) or, for a counter
+    that did not exist, ``INSERT`` (without ``ON CONFLICT``: a concurrent creation fails the statement)."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: str, value: int, create: bool) -> None:
+        self.shape = ("c", create)
+        self.key = key
+        self.value = value
+
+    def cte(self, first: int, ok: str) -> str:
+        if self.shape[1]:
+            where = f" WHERE {ok}" if ok else ""
+            return f"INSERT INTO span_sequence_ids (key, num, value) SELECT ${first}::text, ${first + 1}::int8, NULL{where}"
+        cond = f" AND {ok}" if ok else ""
+        return f"UPDATE span_sequence_ids SET num = ${first + 1}::int8 WHERE key = ${first}::text{cond}"
+
+    def params(self) -> List[Any]:
+        return [self.key, self.value]
+
+
+class _Notify(_Op):
+    """``pg_notify`` on one channel (delivered by PostgreSQL when the statement's transaction commits)."""
+
+    __slots__ = ("channel", "payloads")
+    reports = True  # a SELECT in a WITH clause only runs when referenced
+
+    def __init__(self, channel: str) -> None:
+        self.shape = ("n",)
+        self.channel = channel
+        self.payloads: List[str] = []
+
+    def cte(self, first: int, ok: str) -> str:
+        where = f" WHERE {ok}" if ok else ""
+        return f"SELECT pg_notify(${first}, ${first + 1}){where}"
+
+    def params(self) -> List[Any]:
+        payload = ",".join(dict.fromkeys(self.payloads))
+        return [self.channel, payload if len(payload) <= _NOTIFY_PAYLOAD_LIMIT else ""]  # too long: wake everybody
+
+
+_STATEMENTS: Dict[Tuple[Any, ...], str] = {}
+"""Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""
+
+
+class WriteBatch:
+    """The deferred writes and (optimistic units) the versions of the rows read, of one PostgreSQL commit unit."""
+
+    __slots__ = ("ops", "tables", "touched", "guards", "_enqueue", "_raise", "_notify")
+
+    def __init__(self) -> None:
+        self.ops: List[_Op] = []
+        self.tables: Set[str] = set()
+        self.touched: Set[Tuple[str, Tuple[Any, ...]]] = set()
+        self.guards: Dict[str, Tuple[TableSpec, Dict[Tuple[Any, ...], Optional[str]]]] = {}
+        self._enqueue: Optional[_Enqueue] = None
+        self._raise: Optional[_RaiseTo] = None
+        self._notify: Dict[str, _Notify] = {}
+
+    # --- reads -------------------------------------------------------------------------------------------------
+
+    def guard(self, spec: TableSpec, key: Tuple[Any, ...], version: Optional[str]) -> None:
+        """Remember a row read with its version (``None``: only its existence matters)."""
+        rows = self.guards.setdefault(spec.name, (spec, {}))[1]
+        if rows.get(key) is None:
+            rows[key] = version
+
+    def guard_rows(self, spec: TableSpec, rows: Iterable[Any]) -> None:
+        """Remember rows selected with their ``xmin::text`` as the last column."""
+        positions = spec.pk_positions
+        for row in rows:
+            self.guard(spec, tuple(row[i] for i in positions), row[-1])
+
+    async def before_statement(self, unit: Unit, tables: Iterable[str], write: bool) -> None:
+        """Before a statement that runs right away: an optimistic unit may only read, and only tables without pending
+        writes (:class:`NeedsTransaction`); a pessimistic one sends its pending writes first when the statement
+        writes or reads a table they touch."""
+        if unit.optimistic:
+            if write or any(t in self.tables for t in tables):
+                raise NeedsTransaction()
+        elif self.ops and (write or any(t in self.tables for t in tables)):
+            await self.flush(unit)
+
+    # --- writes ------------------------------------------------------------------------------------------------
+
+    async def _claim_keys(self, unit: Unit, spec: TableSpec, keys: Sequence[Tuple[Any, ...]]) -> bool:
+        """Note the rows a write touches; ``False`` when the write must run right away instead (its own items repeat a
+        key -- sent after the pending writes). Two writes of one row never share a statement: what is pending is sent
+        first (an optimistic unit cannot: :class:`NeedsTransaction`)."""
+        name = spec.name
+        touched = self.touched
+        clash = len(keys) > 1 and len(set(keys)) != len(keys)
+        if not clash:
+            for key in keys:
+                if (name, key) in touched:
+                    clash = True
+                    break
+        if clash:
+            if unit.optimistic:
+                raise NeedsTransaction()
+            await self.flush(unit)
+            if len(set(keys)) != len(keys):
+                return False
+        for key in keys:
+            touched.add((name, key))
+        self.tables.add(name)
+        return True
+
+    async def insert(self, unit: Unit, spec: TableSpec, keys: List[Tuple[Any, ...]], rows: List[Any]) -> bool:
+        """Defer a bulk insert (a duplicate key fails the unit with :class:`DuplicatedPrimaryKeyError`); ``False``:
+        run it now (see :meth:`_claim_keys`)."""
+        if not await self._claim_keys(unit, spec, keys):
+            return False
+        self.ops.append(_Insert(spec, rows))
+        return True
+
+    async def update(
+        self, unit: Unit, spec: TableSpec, names: Tuple[str, ...], keys: List[Tuple[Any, ...]], rows: List[Any]
+    ) -> bool:
+        """Defer an update by primary key of the columns ``names``; the rows must exist (in an optimistic unit, a
+        missing row fails the guard). ``False``: run it now (see :meth:`_claim_keys`)."""
+        if not await self._claim_keys(unit, spec, keys):
+            return False
+        if unit.optimistic:
+            for key in keys:
+                self.guard(spec, key, None)
+        self.ops.append(_Update(spec, names, keys, rows))
+        return True
+
+    async def upsert(
+        self, unit: Unit, spec: TableSpec, names: Tuple[str, ...], keys: List[Tuple[Any, ...]], rows: List[Any]
+    ) -> bool:
+        """Defer an upsert (existing rows get the columns ``names``); returns like :meth:`insert`."""
+        if not await self._claim_keys(unit, spec, keys):
+            return False
+        self.ops.append(_Upsert(spec, names, rows))
+        return True
+
+    async def delete(self, unit: Unit, spec: TableSpec, keys: List[Tuple[Any, ...]]) -> bool:
+        """Defer a delete by primary key; the rows must exist. Returns like :meth:`insert`."""
+        if not await self._claim_keys(unit, spec, keys):
+            return False
+        if unit.optimistic:
+            for key in keys:
+                self.guard(spec, key, None)
+        self.ops.append(_Delete(spec, keys))
+        return True
+
+    def enqueue(self, values: Sequence[str]) -> None:
+        """Defer queue appends."""
+        if self._enqueue is None:
+            self._enqueue = _Enqueue()
+            self.ops.append(self._enqueue)
+        self._enqueue.extend(values)
+        self.tables.add("rollout_queue")
+
+    def raise_to(self, key: str, value: int) -> None:
+        """Defer raising counter ``key`` to at least ``value``."""
+        if self._raise is None:
+            self._raise = _RaiseTo()
+            self.ops.append(self._raise)
+        self._raise.values[key] = max(value, self._raise.values.get(key, value))
+        self.tables.add("span_sequence_ids")
+
+    async def set_counter(self, unit: Unit, key: str, value: int, version: Optional[str]) -> None:
+        """Defer setting counter ``key`` to ``value`` (optimistic ``inc``): guarded by the version of the counter row
+        read, or -- ``version=None``, no row was read -- created (a concurrent creation fails the statement with a
+        unique violation on the counters, reported as :class:`GuardConflict`)."""
+        await self._claim_keys(unit, _COUNTERS, [(key,)])
+        if version is not None:
+            self.guard(_COUNTERS, (key,), version)
+        self.ops.append(_SetCounter(key, value, version is None))
+
+    def notify(self, channel: str, payload: str) -> None:
+        """Defer a ``NOTIFY`` (payloads of one channel are joined with commas)."""
+        op = self._notify.get(channel)
+        if op is None:
+            op = self._notify[channel] = _Notify(channel)
+            self.ops.append(op)
+        op.payloads.append(payload)
+
+    # --- sending -----------------------------------------------------------------------------------------------
+
+    def _statement(self) -> Tuple[str, List[Any]]:
+        """The statement sending the pending writes (its text is built once per shape), and its parameters."""
+        guards = self.guards
+        shape = (
+            tuple((name, len(rows) == 1) for name, (_, rows) in guards.items()),
+            tuple(op.shape for op in self.ops),
+        )
+        params: List[Any] = []
+        for spec, rows in guards.values():
+            columns: List[Any] = [[key[i] for key in rows] for i in range(len(spec.primary_keys))]
+            columns.append(list(rows.values()))
+            params.extend(_source_params(columns, len(rows) == 1))
+            params.append(len(rows))
+        for op in self.ops:
+            params.extend(op.params())
+        sql = _STATEMENTS.get(shape)
+        if sql is None:
+            if len(_STATEMENTS) > 1024:
+                _STATEMENTS.clear()
+            sql = _STATEMENTS[shape] = self._build()
+        return sql, params
+
+    def _build(self) -> str:
+        parts: List[str] = []
+        checks: List[str] = []
+        n = 0
+        for spec, rows in self.guards.values():
+            pks = spec.primary_keys
+            keys = [f"k{i}" for i in range(len(pks))]
+            source = _source(n + 1, [*keys, "x"], ["str"] * (len(pks) + 1), len(rows) == 1)
+            join = " AND ".join(f"t.{_q(pk)} = v.{_q(k)}" for pk, k in zip(pks, keys, strict=True))
+            parts.append(
+                f"g_{spec.name} AS (SELECT 1 FROM {_q(spec.name)} AS t JOIN {source} "
+                f'ON {join} AND (v."x" IS NULL OR t.xmin::text = v."x") FOR UPDATE OF t)'
+            )
+            n += len(pks) + 2
+            checks.append(f"(SELECT count(*) FROM g_{spec.name}) = ${n}")
+        ok = ""
+        if checks:
+            parts.append(f"ok AS (SELECT {' AND '.join(checks)} AS ok)")
+            ok = "(SELECT ok FROM ok)"
+        outputs = [ok or "true"]
+        for index, op in enumerate(self.ops):
+            parts.append(f"w{index} AS ({op.cte(n + 1, ok)})")
+            n += len(op.params())
+            if op.reports:
+                outputs.append(f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})")
+        return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
+
+    async def flush(self, unit: Unit) -> None:
+        """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.
+        Raises :class:`GuardConflict` (nothing written) when a guarded row changed."""
+        if not self.ops:
+            return
+        ops = self.ops
+        sql, params = self._statement()
+        self.ops = []
+        self.tables = set()
+        self.touched = set()
+        self.guards = {}
+        self._enqueue = self._raise = None
+        self._notify = {}
+        import asyncpg
+
+        try:
+            rows = await unit.fetch_sql(sql, params)
+        except asyncpg.UniqueViolationError as exc:
+            if getattr(exc, "table_name", None) == "span_sequence_ids":  # a counter created concurrently
+                raise GuardConflict("a counter the unit creates was created concurrently") from None
+            raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
+        row = rows[0]
+        if not row[0]:
+            raise GuardConflict("a row read by the unit changed before its writes")
+        reported = iter(row[1:])
+        for op in ops:
+            if op.reports:
+                op.check(next(reported))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Compound reads
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _select_list(spec: TableSpec, alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + _q(c) for c in spec.column_names)
+
+
+async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
+    """Pop up to ``limit`` ids (``FOR UPDATE SKIP LOCKED``: concurrent claimers never wait for each other), lock
+    their rollouts and count their attempts -- one statement, in a write transaction."""
+    if unit.batch is not None:
+        await unit.batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), True)
+    key = ("dequeue_rollouts", limit == 1)
+    sql = _STATEMENTS.get(key)
+    if sql is None:
+        # LIMIT 1 (the usual claim) as a literal: PostgreSQL then keeps one generic plan instead of planning each time
+        sql = _STATEMENTS[key] = (
+            f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
+            f"{'1' if limit == 1 else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
+            f"r AS (SELECT {_select_list(rollouts)} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
+            "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
+            f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')} FROM p LEFT JOIN r ON r.rollout_id = p.value "
+            "ORDER BY p.seq"
+        )
+    out: List[PoppedRollout] = []
+    for row in await unit.fetch_sql(sql, [] if limit == 1 else [limit]):
+        rollout = rollouts.from_row(tuple(row)[3:]) if row[2] else None
+        out.append(PoppedRollout(row[0], rollout, int(row[1])))
+    return out
+
+
+async def get_rollout_and_attempts(
+    unit: Unit, rollouts: TableSpec, attempts: TableSpec, rollout_id: str, attempt_id: Optional[str]
+) -> RolloutAttempts:
+    """The rollout, its latest attempt and attempt ``attempt_id`` in one statement (locked in a transaction;
+    remembered with their versions in an optimistic unit)."""
+    batch = unit.batch
+    if batch is not None:
+        await batch.before_statement(unit, ("rollouts", "attempts"), False)
+    optimistic = unit.optimistic
+    key = ("get_rollout_and_attempts", unit.for_update, optimistic)
+    sql = _STATEMENTS.get(key)
+    if sql is None:
+        lock = " FOR UPDATE" if unit.for_update else ""
+        version = ", xmin::text AS x" if optimistic else ""
+        rcols = _select_list(rollouts)
+        acols = _select_list(attempts)
+        sql = _STATEMENTS[key] = (
+            f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock}), "
+            f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
+            f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock}), "
+            f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock}) "
+            "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
+            "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
+        )
+    rows = await unit.fetch_sql(sql, [rollout_id, attempt_id])
+    row = tuple(rows[0])
+    width_r = len(rollouts.column_names) + (1 if optimistic else 0)
+    width_a = len(attempts.column_names) + (1 if optimistic else 0)
+    parts = (row[3 : 3 + width_r], row[3 + width_r : 3 + width_r + width_a], row[3 + width_r + width_a :])
+    found: List[Any] = []
+    for present, spec, values in zip(row[:3], (rollouts, attempts, attempts), parts, strict=True):
+        if not present:
+            found.append(None)
+            continue
+        if optimistic and batch is not None:
+            batch.guard_rows(spec, [values])
+        found.append(spec.from_row(values))
+    return RolloutAttempts(found[0], found[1], found[2] if attempt_id is not None else None)
