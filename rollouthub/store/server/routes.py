@@ -183,14 +183,11 @@ async def start_rollout(call: Call) -> bytes:
     return _dump(attempted)
 
 
-async def query_rollouts(call: Call) -> bytes:
-    """Query rollouts with filters, sorting and pagination (query parameters)."""
-    q = call.query
-    check_params(rollout_id_in=q.rollout_id_in, rollout_id_contains=q.rollout_id_contains)
+async def _rollouts(call: Call, q: Any, status_in: Any, rollout_id_in: Any) -> bytes:
     _pagination_of(Rollout, q)
     result = await call.server.query_rollouts(
-        status_in=q.status_in,
-        rollout_id_in=q.rollout_id_in,
+        status_in=status_in,
+        rollout_id_in=rollout_id_in,
         rollout_id_contains=q.rollout_id_contains,
         filter_logic=q.filter_logic,
         sort_by=q.sort_by,
@@ -201,22 +198,19 @@ async def query_rollouts(call: Call) -> bytes:
     return paginated_json(result)
 
 
+async def query_rollouts(call: Call) -> bytes:
+    """Query rollouts with filters, sorting and pagination (query parameters)."""
+    q = call.query
+    check_params(rollout_id_in=q.rollout_id_in, rollout_id_contains=q.rollout_id_contains)
+    return await _rollouts(call, q, q.status_in, q.rollout_id_in)
+
+
 async def search_rollouts(call: Call) -> bytes:
     """Query rollouts (JSON body); ``status_in``/``rollout_id_in`` apply only when present."""
     request: QueryRolloutsRequest = call.body
-    _pagination_of(Rollout, request)
     fields = request.model_fields_set
-    result = await call.server.query_rollouts(
-        status_in=request.status_in if "status_in" in fields else None,
-        rollout_id_in=request.rollout_id_in if "rollout_id_in" in fields else None,
-        rollout_id_contains=request.rollout_id_contains,
-        filter_logic=request.filter_logic,
-        sort_by=request.sort_by,
-        sort_order=request.sort_order,
-        limit=request.limit,
-        offset=request.offset,
-    )
-    return paginated_json(result)
+    status_in = request.status_in if "status_in" in fields else None
+    return await _rollouts(call, request, status_in, request.rollout_id_in if "rollout_id_in" in fields else None)
 
 
 async def get_rollout_by_id(call: Call) -> bytes:
