@@ -58,6 +58,7 @@ _compare_digest = hmac.compare_digest
 _JSON = (b"content-type", b"application/json")
 _TEXT = (b"content-type", b"text/plain; charset=utf-8")
 _STATUS_KEY = "rollouthub.status"
+_ROUTE_KEY = "rollouthub.route"
 _HEALTH_PATH = "/v1/agl/health"
 _UNAUTHENTICATED_DOCS = ("/openapi.json", "/docs", "/redoc")
 
@@ -283,7 +284,7 @@ class StoreApp:
         path = scope["path"]
         method = scope["method"]
         if tracker is not None:
-            route = scope.get("route")
+            route = scope.get(_ROUTE_KEY)
             labels = {
                 "path": route.path if route is not None else template_http_path(path),
                 "method": method,
@@ -344,7 +345,7 @@ class StoreApp:
                 return await self._too_large(send)
         if route is None:
             return await self._unmatched(scope, send, method, path, partial)
-        scope["route"] = route
+        scope[_ROUTE_KEY] = route
         call = Call(self, params, scope, receive)
         try:
             if route.body is not None:
