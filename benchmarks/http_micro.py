@@ -17,10 +17,12 @@ and the ratio to the echo app's CPU per request. A prober in the parent measures
 Usage::
 
     python benchmarks/http_micro.py --backend memory --backend sqlite --clients 4 --ops 2000
-    python benchmarks/http_micro.py --backend memory --clients 2 --ops 2000 --compare-protocols 6
+    python benchmarks/http_micro.py --backend memory --backend sqlite --clients 2 --ops 2000 \
+        --compare-with /tmp/base --rounds 6
 
-``--compare-protocols ROUNDS`` instead alternates ``ROLLOUTHUB_HTTP_PROTOCOL=uvicorn`` (uvicorn's own HTTP protocol)
-and the store's own protocol, ROUNDS times per backend, and prints the median server CPU per operation of both.
+``--compare-with DIR`` instead runs the server of another checkout of rollouthub (``DIR`` on ``PYTHONPATH``, e.g. a
+``git worktree add /tmp/base <commit>``) and this one alternately, ``--rounds`` times per backend (the order flips every
+round), and prints the median server CPU per operation of both: an A/B measured in one run, on one machine load.
 """
 
 from __future__ import annotations
@@ -296,8 +298,10 @@ def run_workload(base: str, pid: int, workload: str, clients: int, ops: int) -> 
     }
 
 
-def start_store(backend: str, port: int, n_workers: int, workdir: str) -> subprocess.Popen[bytes]:
-    """Start ``rollouthub store`` as a subprocess."""
+def start_store(
+    backend: str, port: int, n_workers: int, workdir: str, pythonpath: Optional[str] = None
+) -> subprocess.Popen[bytes]:
+    """Start ``rollouthub store`` as a subprocess (of the checkout at ``pythonpath`` when given)."""
     cmd = [
         sys.executable,
         "-m",
@@ -312,7 +316,10 @@ def start_store(backend: str, port: int, n_workers: int, workdir: str) -> subpro
         "--log-level",
         "WARNING",
     ]
-    return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -348,13 +355,19 @@ def measure_echo(clients: int, ops: int) -> Dict[str, Any]:
 
 
 def bench_backend(
-    label: str, backend: str, clients: int, ops: int, n_workers: int, echo_cpu_ms: float
+    label: str,
+    backend: str,
+    clients: int,
+    ops: int,
+    n_workers: int,
+    echo_cpu_ms: float,
+    pythonpath: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """Benchmark one backend; returns a report dict."""
+    """Benchmark one backend (the server of the checkout at ``pythonpath`` when given); returns a report dict."""
     workdir = tempfile.mkdtemp(prefix="rollouthub-bench-")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    process = start_store(backend, port, n_workers, workdir)
+    process = start_store(backend, port, n_workers, workdir, pythonpath)
     report: Dict[str, Any] = {"backend": label, "workloads": []}
     try:
         report["startup_s"] = wait_healthy(base + "/v1/agl/health")
@@ -400,39 +413,33 @@ def _fmt(report: Dict[str, Any], echo: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-PROTOCOL_ENV = "ROLLOUTHUB_HTTP_PROTOCOL"
-
-
-def compare_protocols(backends: Sequence[str], clients: int, ops: int, n_workers: int, rounds: int) -> None:
-    """Server CPU per operation with uvicorn's HTTP protocol vs the store's own, interleaved rounds, medians."""
+def compare_checkouts(
+    backends: Sequence[str], clients: int, ops: int, n_workers: int, rounds: int, other: str
+) -> Dict[Tuple[str, str, str], List[float]]:
+    """Server CPU per operation of the checkout at ``other`` (A) and of this one (B): interleaved rounds, medians."""
     import statistics
 
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkouts = {"A": os.path.abspath(other), "B": here}
     samples: Dict[Tuple[str, str, str], List[float]] = {}
-    labels = ("uvicorn", "rollouthub")
-    saved = os.environ.get(PROTOCOL_ENV)
-    try:
-        for round_index in range(rounds):
-            for backend in backends:
-                url, label = ("sqlite:///./bench.db", "sqlite") if backend == "sqlite" else (backend, backend)
-                for protocol in labels if round_index % 2 == 0 else labels[::-1]:
-                    os.environ[PROTOCOL_ENV] = protocol
-                    workers = n_workers if backend != "memory" else 1
-                    report = bench_backend(label, url, clients, ops, workers, echo_cpu_ms=1.0)
-                    for w in report["workloads"]:
-                        samples.setdefault((label, w["workload"], protocol), []).append(w["server_cpu_ms_per_op"])
-            print(f"# round {round_index + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
-    finally:
-        if saved is None:
-            os.environ.pop(PROTOCOL_ENV, None)
-        else:
-            os.environ[PROTOCOL_ENV] = saved
-    print(f"{'backend':<9}{'workload':<15}{'uvicorn':>10}{'rollouthub':>12}{'change':>9}   (server CPU ms/op, medians)")
-    for (label, workload, protocol), values in samples.items():
-        if protocol != "uvicorn":
+    for round_index in range(rounds):
+        for backend in backends:
+            url, label = ("sqlite:///./bench.db", "sqlite") if backend == "sqlite" else (backend, backend)
+            for side in ("A", "B") if round_index % 2 == 0 else ("B", "A"):
+                workers = n_workers if backend != "memory" else 1
+                report = bench_backend(label, url, clients, ops, workers, echo_cpu_ms=1.0, pythonpath=checkouts[side])
+                for w in report["workloads"]:
+                    samples.setdefault((label, w["workload"], side), []).append(w["server_cpu_ms_per_op"])
+        print(f"# round {round_index + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"# A = {checkouts['A']}, B = {checkouts['B']}")
+    print(f"{'backend':<9}{'workload':<15}{'A':>9}{'B':>9}{'B/A':>9}   (server CPU ms/op, medians of {rounds})")
+    for (label, workload, side), values in samples.items():
+        if side != "A":
             continue
         before = statistics.median(values)
-        after = statistics.median(samples[(label, workload, "rollouthub")])
-        print(f"{label:<9}{workload:<15}{before:>10.3f}{after:>12.3f}{100 * (after / before - 1):>+8.1f}%")
+        after = statistics.median(samples[(label, workload, "B")])
+        print(f"{label:<9}{workload:<15}{before:>9.3f}{after:>9.3f}{100 * (after / before - 1):>+8.1f}%")
+    return samples
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -453,13 +460,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--n-workers", type=int, default=1, help="server worker processes (SQL backends only)")
     parser.add_argument("--json", default=None, help="also write the raw results to this JSON file")
     parser.add_argument(
-        "--compare-protocols",
-        type=int,
-        default=0,
-        metavar="ROUNDS",
-        help=f"instead: ROUNDS interleaved runs per backend with {PROTOCOL_ENV}=uvicorn and with the store's own HTTP "
-        "protocol; prints the median server CPU per operation of both",
+        "--compare-with",
+        default=None,
+        metavar="DIR",
+        help="instead: A/B against the server of the rollouthub checkout in DIR (interleaved runs, medians)",
     )
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of --compare-with (default 6)")
     parser.add_argument("--serve-echo", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo is not None:
@@ -468,8 +474,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     backends = args.backend or ["memory", "sqlite"]
     print(f"# clients={args.clients} ops={args.ops} n_workers={args.n_workers} cpus={os.cpu_count()}")
     print(f"# load average at start: {os.getloadavg()}")
-    if args.compare_protocols > 0:
-        compare_protocols(backends, args.clients, args.ops, args.n_workers, args.compare_protocols)
+    if args.compare_with:
+        samples = compare_checkouts(backends, args.clients, args.ops, args.n_workers, args.rounds, args.compare_with)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as handle:
+                json.dump({"|".join(key): values for key, values in samples.items()}, handle, indent=2)
         return 0
     reports = []
     echoes = []

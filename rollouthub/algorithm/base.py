@@ -26,7 +26,6 @@ except ImportError:  # pragma: no cover
 
 if TYPE_CHECKING:  # pragma: no cover
     from rollouthub.llm_proxy import LLMProxy
-    from rollouthub.trainer import Trainer
 
 __all__ = ["Algorithm", "Dataset"]
 
@@ -49,12 +48,14 @@ class Algorithm:
         """Whether :meth:`run` is a coroutine function."""
         return inspect.iscoroutinefunction(self.run)
 
-    def set_trainer(self, trainer: Trainer) -> None:
-        """Remember the trainer that drives this algorithm (weak reference)."""
+    # The trainer is typed ``Any``: the trainer module imports this one, so naming ``Trainer`` here would make the two
+    # modules import each other (even if only for type checking).
+    def set_trainer(self, trainer: Any) -> None:
+        """Remember the ``Trainer`` that drives this algorithm (weak reference)."""
         self._trainer_ref = weakref.ref(trainer)
 
-    def get_trainer(self) -> Trainer:
-        """Return the trainer; ``ValueError`` if it was never set or has been garbage-collected."""
+    def get_trainer(self) -> Any:
+        """Return the ``Trainer``; ``ValueError`` if it was never set or has been garbage-collected."""
         if self._trainer_ref is None:
             raise ValueError("Trainer has not been set for this algorithm.")
         trainer = self._trainer_ref()
@@ -63,7 +64,7 @@ class Algorithm:
         return trainer
 
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> Any:
         """The trainer (see :meth:`get_trainer`)."""
         return self.get_trainer()
 

@@ -23,7 +23,6 @@ __all__ = [
     "build_parser",
     "DEFAULT_BACKEND",
     "DEFAULT_MAX_BODY_BYTES",
-    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_LIMIT_CONCURRENCY",
     "DEFAULT_TIMEOUT_KEEP_ALIVE",
 ]
@@ -35,14 +34,11 @@ DEFAULT_BACKEND = "sqlite:///./rollouthub.db"
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
-DEFAULT_MAX_HEADER_BYTES = 64 * 1024
-"""Largest request head (request line and headers); larger ones are answered 431."""
-
 DEFAULT_LIMIT_CONCURRENCY = 2048
 """Connections (or requests in progress) beyond which new requests get 503 instead of exhausting the server."""
 
 DEFAULT_TIMEOUT_KEEP_ALIVE = 30
-"""Seconds an idle connection -- one waiting for a (complete) request head -- stays open."""
+"""Seconds a connection stays open idle after a response."""
 
 _FD_HEADROOM = 256
 """File descriptors kept for the database, logs and the listening socket on top of ``--limit-concurrency``."""
@@ -98,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_TIMEOUT_KEEP_ALIVE,
         metavar="SECONDS",
-        help="Close a connection idle for this long between requests (and, with the store's HTTP protocol, one that "
-        f"has not completed its request headers within it). Default: {DEFAULT_TIMEOUT_KEEP_ALIVE}.",
+        help="Close a connection idle for this long after a response (uvicorn bounds no other wait: see "
+        f"docs/server.md, 'Slow and dawdling clients'). Default: {DEFAULT_TIMEOUT_KEEP_ALIVE}.",
     )
     parser.add_argument(
         "--limit-concurrency",
@@ -112,9 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-header-bytes",
         type=int,
-        default=DEFAULT_MAX_HEADER_BYTES,
+        default=None,
         metavar="N",
-        help=f"Largest request head (request line and headers); larger ones get 431. Default: {DEFAULT_MAX_HEADER_BYTES}.",
+        help="Largest request head (request line and headers); one growing larger gets 400 and its connection is closed. Given, the server uses uvicorn's "
+        "h11 HTTP protocol, the one that enforces it (about 3x the HTTP CPU per request of the default httptools "
+        "protocol, which does not bound request heads). Default: unbounded.",
     )
     parser.add_argument("--access-log", action="store_true", help="Log every request (uvicorn access log).")
     return parser
@@ -240,12 +238,18 @@ async def _serve(server: Any, backend_label: str) -> int:
         logger.info("Store backend: %s", backend_label)
         args = server.launcher_args
         logger.info(
-            "Limits:        body %d bytes, request head %s bytes, %s concurrent connections, keep-alive %d s",
+            "Limits:        body %d bytes, request head %s, %s concurrent connections, keep-alive %d s",
             server.max_body_bytes,
-            args.max_header_bytes,
+            f"{args.max_header_bytes} bytes (h11 protocol)" if args.max_header_bytes else "unbounded (httptools)",
             args.limit_concurrency,
             args.timeout_keep_alive,
         )
+        if not args.max_header_bytes and args.host not in ("127.0.0.1", "localhost", "::1"):
+            logger.warning(
+                "Serving on %s with unbounded request heads: pass --max-header-bytes, or put a reverse proxy with "
+                "client timeouts in front of the server (docs/server.md, 'Slow and dawdling clients').",
+                args.host,
+            )
         logger.info("Store API:     %s/v1/agl (health: %s/v1/agl/health)", endpoint, endpoint)
         logger.info("OTLP traces:   %s/v1/traces", endpoint)
         if server.prometheus_enabled:
@@ -304,7 +308,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ("--limit-concurrency", args.limit_concurrency),
         ("--timeout-keep-alive", args.timeout_keep_alive),
     ):
-        if value <= 0:
+        if value is not None and value <= 0:
             print(f"rollouthub store: error: {flag} must be positive", file=sys.stderr)
             return 2
     if args.memory_limit is not None:

@@ -3,7 +3,7 @@
 The dashboard's learning curve asks the store server for every finished rollout's final reward every few seconds
 (``GET /v1/agl/export?format=rewards``). The reward comes from the spans of the rollout's latest attempt; reading and
 parsing them for every rollout at every refresh is what made a refresh cost seconds of server CPU on a big store. The
-server keeps one cache (:mod:`rollouthub.store.server_export`); every export that computes a final reward feeds it.
+server keeps one cache (:mod:`rollouthub.store.server.export`); every export that computes a final reward feeds it.
 
 **Exact validation.** An entry holds the reward together with the *version* of the spans it was computed from: the
 rollout's latest attempt id and that attempt's ``last_heartbeat_time``. Both are in the rollout the export reads

@@ -17,10 +17,6 @@ from .tracer import Span, SpanCoreFields
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from rollouthub.litagent import LitAgent
-    from rollouthub.runner.base import Runner
-    from rollouthub.tracer.base import Tracer
-
 __all__ = [
     "RolloutStatus",
     "AttemptStatus",
@@ -257,27 +253,25 @@ class Hook(ParallelWorkerBase):
     """Runner callbacks; every method is an async no-op taking keyword-only arguments.
 
     Order within one rollout: :meth:`on_rollout_start`, :meth:`on_trace_start`, :meth:`on_trace_end`,
-    :meth:`on_rollout_end`.
+    :meth:`on_rollout_end`. ``agent`` is the ``LitAgent``, ``runner`` the ``Runner`` and ``tracer`` the ``Tracer``
+    running the rollout (typed ``Any`` here: ``rollouthub.types`` is the lowest layer and imports none of them;
+    subclasses may annotate them precisely).
     """
 
-    async def on_rollout_start(self, *, agent: LitAgent[Any], runner: Runner[Any], rollout: Rollout) -> None:
+    async def on_rollout_start(self, *, agent: Any, runner: Any, rollout: Rollout) -> None:
         """Called before the trace context of a rollout is opened."""
 
-    async def on_trace_start(
-        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
-    ) -> None:
+    async def on_trace_start(self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout) -> None:
         """Called right after the trace context is opened, before the agent runs."""
 
-    async def on_trace_end(
-        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
-    ) -> None:
+    async def on_trace_end(self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout) -> None:
         """Called right after the agent returned, before the trace context closes."""
 
     async def on_rollout_end(
         self,
         *,
-        agent: LitAgent[Any],
-        runner: Runner[Any],
+        agent: Any,
+        runner: Any,
         rollout: Rollout,
         spans: Union[List[ReadableSpan], List[Span]],
     ) -> None:

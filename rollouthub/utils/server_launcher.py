@@ -6,9 +6,9 @@ Design notes (differences from the reference, all documented in ``docs/server.md
   already taken therefore fails immediately with :class:`PortBindError` (a ``RuntimeError`` whose message starts with
   the reference's "Server did not start up within", and contains "address already in use"), logged once, instead of
   waiting for the start-up timeout.
-* An app that offers its own HTTP protocol (an ``http_protocol_factory()`` method returning a uvicorn
-  ``Config(http=...)`` factory, like the store server's front door) is served with it; uvicorn still owns the sockets,
-  signals, shutdown and workers. ``ROLLOUTHUB_HTTP_PROTOCOL=uvicorn`` forces uvicorn's own protocol.
+* uvicorn serves with its ``httptools`` HTTP protocol (and uvloop); with ``max_header_bytes`` set it serves with its
+  ``h11`` protocol instead, the only one of uvicorn's that bounds request heads (400 and close beyond it) -- at roughly
+  three times the HTTP CPU per request (``docs/server.md``, "Slow and dawdling clients").
 * ``mp`` mode with ``n_workers > 1`` does not need gunicorn: a supervisor process (forked from the caller) binds
   nothing itself but inherits the pre-bound socket, forks ``n_workers`` uvicorn workers that all accept on that socket
   (the app and its store are created once and inherited, like gunicorn's ``preload_app``), restarts workers that die
@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any, AsyncContextManager, AsyncIterator, Callable, Coroutine, Dict, List, Literal, Optional, TypeVar
 
 __all__ = [
-    "HTTP_PROTOCOL_ENV",
     "LaunchMode",
     "PythonServerLauncherArgs",
     "PythonServerLauncher",
@@ -65,10 +64,6 @@ LaunchMode = Literal["asyncio", "thread", "mp"]
 """How the server runs: a task in the caller's loop, a daemon thread with its own loop, or forked process(es)."""
 
 _POLL_INTERVAL = 0.02
-
-HTTP_PROTOCOL_ENV = "ROLLOUTHUB_HTTP_PROTOCOL"
-"""Environment variable: ``uvicorn`` serves an app that has its own HTTP protocol (``http_protocol_factory()``, e.g. the
-store server's front door) with uvicorn's standard protocol instead (escape hatch)."""
 
 
 @dataclass
@@ -101,7 +96,8 @@ class PythonServerLauncherArgs:
     limit_concurrency: Optional[int] = None
     """uvicorn's ``limit_concurrency``: with this many connections (or requests in progress), new requests get 503."""
     max_header_bytes: Optional[int] = None
-    """uvicorn's ``h11_max_incomplete_event_size``: the largest request head (uvicorn's default when ``None``)."""
+    """The largest request head (400 and close beyond it). Set, uvicorn serves with its ``h11`` protocol
+    (``h11_max_incomplete_event_size``); ``None``: its ``httptools`` protocol, which does not bound request heads."""
 
 
 @contextlib.asynccontextmanager
@@ -282,24 +278,12 @@ class PythonServerLauncher:
         return False
 
     # -- uvicorn -------------------------------------------------------------------------------------------------------
-    def _http_protocol(self) -> Any:
-        """uvicorn's ``http`` setting: the app's own protocol when it offers one, unless the environment forces uvicorn's."""
-        factory = getattr(self.app, "http_protocol_factory", None)
-        if factory is None:
-            return "auto"
-        choice = os.environ.get(HTTP_PROTOCOL_ENV, "").strip().lower()
-        if choice == "uvicorn":
-            return "auto"
-        if choice not in ("", "auto", "rollouthub"):
-            logger.warning("Ignoring %s=%r (expected 'uvicorn' or 'rollouthub')", HTTP_PROTOCOL_ENV, choice)
-        return factory()
-
     def _uvicorn_server(self) -> Any:
         import uvicorn
 
         config = uvicorn.Config(
             self.app,
-            http=self._http_protocol(),
+            http="h11" if self.args.max_header_bytes is not None else "httptools",
             host=self._host,
             port=self._port,
             log_level=_uvicorn_log_level(self.args.log_level),

@@ -185,7 +185,7 @@ def test_parser_defaults() -> None:
 def test_limit_flags_defaults_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args([])
     assert args.memory_limit is None  # --backend memory: min(2 GiB, 25 % of the RAM)
-    assert (args.timeout_keep_alive, args.limit_concurrency, args.max_header_bytes) == (30, 2048, 65536)
+    assert (args.timeout_keep_alive, args.limit_concurrency, args.max_header_bytes) == (30, 2048, None)
     for argv, message in [
         (["--backend", "sqlite:///x.db", "--memory-limit", "1G"], "--memory-limit only applies to --backend memory"),
         (["--backend", "memory", "--memory-limit", "12XB"], "invalid memory limit '12XB'"),

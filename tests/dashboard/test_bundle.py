@@ -16,7 +16,7 @@ import pytest
 import rollouthub
 from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.store.memory import InMemoryLightningStore
-from rollouthub.store.server_app import DASHBOARD_ROUTES
+from rollouthub.store.server.dashboard import DASHBOARD_ROUTES
 
 BUNDLE = Path(rollouthub.__file__).resolve().parent / "dashboard"
 APP_SOURCE = Path(__file__).resolve().parents[2] / "dashboard" / "src" / "App.tsx"

@@ -362,7 +362,7 @@ def test_export_route_keeps_the_store_layer_below_runner_trainer_algorithm_and_p
     """Layering: everything the server's export routes can import (transitively, lazy imports included) stays below
     the runner, trainer, algorithm and LLM proxy layers."""
     seen: set[str] = set()
-    todo = ["rollouthub.store.server_export"]
+    todo = ["rollouthub.store.server.export"]
     while todo:
         module = todo.pop()
         if module not in seen:

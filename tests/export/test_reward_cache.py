@@ -174,10 +174,9 @@ async def test_a_new_attempt_is_noticed_even_when_the_clock_did_not_move(
 ) -> None:
     """The entry's version holds the latest attempt's id: a retry whose heartbeat reads the same clock value as the
     previous attempt's (a coarse or frozen clock) still invalidates the cached reward."""
-    import rollouthub.store.collection_based as collection_based
 
     frozen = float(int(time.time()))
-    monkeypatch.setattr(collection_based.time, "time", lambda: frozen)
+    monkeypatch.setattr(time, "time", lambda: frozen)
     (rollout_id,) = await finished_rollouts(store, [1.0])
     cache = FinalRewardCache()
     assert await rewards_of(store, cache) == {rollout_id: 1.0}

@@ -411,14 +411,20 @@ async def _flood(endpoint: str, spans: int, per_rollout: int) -> List[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 9. Dawdling clients are bounded: head timeout, head size, concurrency limit
+# 9. Dawdling clients are bounded: concurrency limit, idle timeout, head size (no head timeout: see the test)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
+    """Whether the server closes the connection within ``seconds`` (what it still sends before is read and dropped)."""
+    deadline = time.monotonic() + seconds
     try:
-        return sock.recv(1024) == b""
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if sock.recv(65536) == b"":
+                return True
+            if time.monotonic() > deadline:
+                return False
     except TimeoutError:
         return False
     except ConnectionResetError:
@@ -437,6 +443,18 @@ def _status_of(sock: socket.socket) -> int:
 
 
 def test_9_dawdling_clients_are_bounded() -> None:
+    """What bounds slow clients with the maintained HTTP server (uvicorn), see docs/server.md "Slow and dawdling
+    clients".
+
+    Changed consciously in issue 15, when the store's own HTTP protocol was deleted: uvicorn (httptools and h11
+    protocols alike) has no header-read timeout, so a connection that never completes its request head is no
+    longer closed after --timeout-keep-alive (the private protocol did that). Granian, the maintained server that has
+    one, costs about twice the server CPU per request on this machine (docs/server.md). What holds instead: such
+    connections count against --limit-concurrency (beyond it new requests get 503, and they are served again once
+    the dawdlers leave), idle keep-alive connections are closed after the timeout, and --max-header-bytes (uvicorn's
+    h11 protocol) refuses a request head that grows larger (uvicorn answers 400 and closes; the private protocol
+    answered 431).
+    """
     args = (
         "--backend",
         "memory",
@@ -449,35 +467,27 @@ def test_9_dawdling_clients_are_bounded() -> None:
     )
     with StoreProcess(*args) as store:
         address = ("127.0.0.1", store.port)
-        # Connections that never complete a request head are closed after the keep-alive timeout: one that sends a
-        # partial head, one that keeps trickling header lines, one that says nothing.
-        dawdler = socket.create_connection(address)
-        dawdler.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\n")
-        silent = socket.create_connection(address)
-        trickler = socket.create_connection(address)
-        trickler.sendall(b"GET /v1/agl/health HTTP/1.1\r\n")
-        started = time.monotonic()
-        closed = False
-        while time.monotonic() - started < 6 and not closed:
-            try:
-                trickler.sendall(b"X-Slow: 1\r\n")
-            except OSError:
-                closed = True
-            closed = closed or _closed_within(trickler, 0.3)
-        assert closed
-        assert _closed_within(dawdler, 2.0)
-        assert _closed_within(silent, 2.0)
         # An idle keep-alive connection is closed after the timeout.
         idle = socket.create_connection(address)
         idle.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _status_of(idle) == 200
         assert _closed_within(idle, 5.0)
-        # A request head over --max-header-bytes is answered 431.
+        # A request head growing past --max-header-bytes is refused and its connection closed (h11 checks the head it
+        # buffers while it is incomplete, so what a head holds in memory is bounded; uvicorn answers 400).
         big = socket.create_connection(address)
-        big.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n")
-        assert _status_of(big) == 431
-        # With --limit-concurrency connections open, a new request gets 503 instead of piling up.
-        crowd = [socket.create_connection(address) for _ in range(25)]
+        big.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n")
+        assert _status_of(big) == 400
+        assert _closed_within(big, 5.0)
+        # Dawdlers -- a partial head, a trickle of header lines, silence -- hold connection slots, but never more than
+        # --limit-concurrency: with the limit reached a new request gets 503 instead of piling up.
+        crowd = []
+        for index in range(25):
+            sock = socket.create_connection(address)
+            if index % 3 == 0:
+                sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\n")
+            elif index % 3 == 1:
+                sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nX-Slow: 1\r\n")
+            crowd.append(sock)
         try:
             time.sleep(0.2)  # let the server accept them all
             probe = socket.create_connection(address)
@@ -487,7 +497,7 @@ def test_9_dawdling_clients_are_bounded() -> None:
         finally:
             for sock in crowd:
                 sock.close()
-        for sock in (dawdler, trickler, silent, idle, big):
+        for sock in (idle, big):
             sock.close()
         deadline = time.monotonic() + 10
         while True:  # the crowd is gone: served again
@@ -498,4 +508,3 @@ def test_9_dawdling_clients_are_bounded() -> None:
             except urllib.error.HTTPError as error:
                 assert error.code == 503
             assert time.monotonic() < deadline
-            time.sleep(0.05)

@@ -5,8 +5,8 @@
 * ``traits`` — the :class:`~tests.store.backends.BackendTraits` of the backend under test.
 * ``inmemory_store`` — an ``InMemoryLightningStore(scan_debounce_seconds=0)`` (not parametrized).
 * ``collections`` — fresh collections, parametrized over :data:`tests.store.backends.COLLECTION_BACKENDS`.
-* ``fake_clock`` — a controllable clock installed as ``time.time`` (the store reads the clock through
-  ``rollouthub.store.collection_based.time.time`` at call time, which *is* the global ``time.time``).
+* ``fake_clock`` — a controllable clock installed as ``time.time`` (the business logic in
+  ``rollouthub.store.collection_based`` reads the global ``time.time`` at call time).
 """
 
 from __future__ import annotations
@@ -43,10 +43,8 @@ class FakeClock:
 
 @pytest.fixture
 def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    import rollouthub.store.collection_based as collection_based
-
     clock = FakeClock(float(int(time.time())))
-    monkeypatch.setattr(collection_based.time, "time", clock)
+    monkeypatch.setattr(time, "time", clock)
     return clock
 
 

@@ -26,7 +26,7 @@ from rollouthub.store.client_server import (
     UpdateRolloutRequest,
 )
 from rollouthub.store.memory import InMemoryLightningStore
-from rollouthub.store.server_app import template_http_path
+from rollouthub.store.server.errors import template_http_path
 from rollouthub.utils.metrics import ConsoleMetricsBackend
 from rollouthub.utils.server_launcher import PythonServerLauncherArgs, pick_free_port
 
@@ -270,9 +270,9 @@ async def test_dequeue_timeout_on_a_store_that_is_not_thread_safe_waits_without_
 
 
 async def test_dequeue_timeout_is_capped(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rollouthub.store.server_routes as server_routes
+    import rollouthub.store.wire as wire
 
-    monkeypatch.setattr(server_routes, "MAX_DEQUEUE_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(wire, "MAX_DEQUEUE_WAIT_SECONDS", 0.3)
     started = asyncio.get_running_loop().time()
     assert await api.post("/queues/rollouts/dequeue", {"timeout": 60}) == (200, [])
     assert asyncio.get_running_loop().time() - started < 3.0

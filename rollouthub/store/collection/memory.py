@@ -1,13 +1,11 @@
-"""In-memory primitives (store.md 7.1, 7.2): nested-dict collections, a deque queue, a dict key-value, and locks."""
+"""In-memory primitives (store.md 7.1, 7.2): nested-dict collections, a deque queue and a dict key-value; the locks
+are in :mod:`.memory_locks`."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import threading
 import types
 import uuid
-import weakref
 from collections import deque
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import (
@@ -29,7 +27,6 @@ from typing import (
     get_origin,
 )
 
-import aiologic
 from pydantic import BaseModel
 
 from rollouthub.types import (
@@ -62,6 +59,7 @@ from .base import (
     resolve_sort_options,
     tracked,
 )
+from .memory_locks import _LockScope, _LoopAwareAsyncLock, _NoLockScope, _ThreadSafeAsyncLock
 
 __all__ = [
     "ListBasedCollection",
@@ -597,114 +595,6 @@ class DictBasedKeyValue(KeyValue[K, V]):
     async def size(self) -> int:
         """Number of keys."""
         return len(self._data)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Locks
-# --------------------------------------------------------------------------------------------------------------
-
-
-class _LoopAwareAsyncLock:
-    """One ``asyncio.Lock`` per running event loop (weakly keyed): exclusion among the tasks of one loop only."""
-
-    def __init__(self) -> None:
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
-        self._guard = threading.Lock()
-
-    def _get(self) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        lock = self._locks.get(loop)
-        if lock is None:
-            with self._guard:
-                lock = self._locks.get(loop)
-                if lock is None:
-                    lock = asyncio.Lock()
-                    self._locks[loop] = lock
-        return lock
-
-    async def __aenter__(self) -> asyncio.Lock:
-        lock = self._get()
-        await lock.acquire()
-        return lock
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self._get().release()
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
-
-
-class _ThreadSafeAsyncLock:
-    """An awaitable lock that excludes across threads and event loops.
-
-    An ``aiologic.BinarySemaphore`` (a mutex without an owner): about four times cheaper to take and release than
-    ``aiologic.Lock``, which records the owning task, and units never re-enter their own locks.
-    """
-
-    def __init__(self) -> None:
-        self._lock = aiologic.BinarySemaphore()
-
-    async def __aenter__(self) -> _ThreadSafeAsyncLock:
-        await self._lock.async_acquire()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self._lock.async_release()
-
-    def locked(self) -> bool:
-        """Whether the lock is held."""
-        return self._lock.value == 0
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
-
-
-class _NoLockScope:
-    """``atomic()`` of a plain read: no lock."""
-
-    __slots__ = ("collections",)
-
-    def __init__(self, collections: InMemoryLightningCollections) -> None:
-        self.collections = collections
-
-    async def __aenter__(self) -> InMemoryLightningCollections:
-        return self.collections
-
-    async def __aexit__(self, *exc: Any) -> None:
-        return None
-
-
-class _LockScope:
-    """``atomic()`` of a unit: acquire the locks in the given (sorted) order, release them in reverse."""
-
-    __slots__ = ("collections", "locks", "held")
-
-    def __init__(self, collections: InMemoryLightningCollections, locks: Tuple[Any, ...]) -> None:
-        self.collections = collections
-        self.locks = locks
-        self.held = 0
-
-    async def __aenter__(self) -> InMemoryLightningCollections:
-        try:
-            for lock in self.locks:
-                await lock.__aenter__()
-                self.held += 1
-        except BaseException:
-            await self.__aexit__(None, None, None)
-            raise
-        return self.collections
-
-    async def __aexit__(self, *exc: Any) -> None:
-        locks, held = self.locks, self.held
-        self.held = 0
-        for index in range(held - 1, -1, -1):
-            await locks[index].__aexit__(None, None, None)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,213 @@
+"""The HTTP contract of the store (store.md 11.4): API prefixes and the request/response models of the REST routes.
+
+Shared by the server (:mod:`rollouthub.store.server`, which validates request bodies with these models) and the
+client (:mod:`rollouthub.store.client`, which builds them). ``rollouthub.store.client_server`` re-exports every name
+under the reference module's path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, Field, model_validator
+
+from rollouthub.types import (
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    TaskInput,
+    WorkerStatus,
+)
+
+from .domains import check_value
+
+__all__ = [
+    "API_V1_PREFIX",
+    "API_AGL_PREFIX",
+    "API_V1_AGL_PREFIX",
+    "MAX_DEQUEUE_WAIT_SECONDS",
+    "StoreRequest",
+    "RolloutRequest",
+    "EnqueueManyRolloutsRequest",
+    "DequeueManyRolloutsRequest",
+    "StartAttemptRequest",
+    "QueryRolloutsRequest",
+    "QueryAttemptsRequest",
+    "QueryResourcesRequest",
+    "QuerySpansRequest",
+    "QueryWorkersRequest",
+    "WaitForRolloutsRequest",
+    "NextSequenceIdRequest",
+    "NextSequenceIdResponse",
+    "UpdateRolloutRequest",
+    "UpdateAttemptRequest",
+    "UpdateWorkerRequest",
+]
+
+API_V1_PREFIX = "/v1"
+API_AGL_PREFIX = "/agl"
+API_V1_AGL_PREFIX = API_V1_PREFIX + API_AGL_PREFIX
+
+
+class StoreRequest(BaseModel):
+    """Base of the request bodies: once validated, every value must lie in the input domains of
+    :mod:`rollouthub.store.domains` (text without NUL or lone surrogates, 64-bit integers, finite numbers, bounded
+    nesting), else :class:`~rollouthub.store.domains.InputDomainError` -- answered with 400 naming the field."""
+
+    @model_validator(mode="after")
+    def _check_domains(self) -> StoreRequest:
+        check_value(self)
+        return self
+
+
+class RolloutRequest(StoreRequest):
+    """Body of ``POST /v1/agl/rollouts`` (``start_rollout``)."""
+
+    input: TaskInput
+    mode: Optional[RolloutMode] = None
+    resources_id: Optional[str] = None
+    config: Optional[RolloutConfig] = None
+    metadata: Optional[Dict[str, Any]] = None
+    worker_id: Optional[str] = None
+
+
+class EnqueueManyRolloutsRequest(StoreRequest):
+    """Body of ``POST /v1/agl/queues/rollouts/enqueue``."""
+
+    rollouts: List[EnqueueRolloutRequest]
+
+
+MAX_DEQUEUE_WAIT_SECONDS = 10.0
+"""Longest wait the server grants one ``POST /queues/rollouts/dequeue`` with a ``timeout`` (longer ones are capped)."""
+
+
+class DequeueManyRolloutsRequest(StoreRequest):
+    """Body of ``POST /v1/agl/queues/rollouts/dequeue``.
+
+    ``timeout`` is a rollouthub extension: with ``limit`` 1, wait up to that many seconds (capped at
+    :data:`MAX_DEQUEUE_WAIT_SECONDS`) for a rollout to be queued when none is (``LightningStore.dequeue_rollout_or_wait``).
+    Servers without the extension ignore the field and answer at once.
+    """
+
+    limit: int = 1
+    worker_id: Optional[str] = None
+    timeout: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+class StartAttemptRequest(StoreRequest):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts``."""
+
+    worker_id: Optional[str] = None
+
+
+class QueryRolloutsRequest(StoreRequest):
+    """Body of ``POST /v1/agl/rollouts/search``."""
+
+    status_in: Optional[List[RolloutStatus]] = None
+    rollout_id_in: Optional[List[str]] = None
+    rollout_id_contains: Optional[str] = None
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = None
+    sort_order: Literal["asc", "desc"] = "asc"
+    filter_logic: Literal["and", "or"] = "and"
+
+
+class QueryAttemptsRequest(StoreRequest):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/search``."""
+
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = "sequence_id"
+    sort_order: Literal["asc", "desc"] = "asc"
+
+
+class QueryResourcesRequest(StoreRequest):
+    """Query parameters of ``GET /v1/agl/resources``."""
+
+    resources_id: Optional[str] = None
+    resources_id_contains: Optional[str] = None
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = None
+    sort_order: Literal["asc", "desc"] = "asc"
+
+
+class QuerySpansRequest(StoreRequest):
+    """Body of ``POST /v1/agl/spans/search``."""
+
+    rollout_id: str
+    attempt_id: Optional[str] = None
+    trace_id: Optional[str] = None
+    trace_id_contains: Optional[str] = None
+    span_id: Optional[str] = None
+    span_id_contains: Optional[str] = None
+    parent_id: Optional[str] = None
+    parent_id_contains: Optional[str] = None
+    name: Optional[str] = None
+    name_contains: Optional[str] = None
+    filter_logic: Literal["and", "or"] = "and"
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = "sequence_id"
+    sort_order: Literal["asc", "desc"] = "asc"
+
+
+class QueryWorkersRequest(StoreRequest):
+    """Body of ``POST /v1/agl/workers/search``."""
+
+    status_in: Optional[List[WorkerStatus]] = None
+    worker_id_contains: Optional[str] = None
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = None
+    sort_order: Literal["asc", "desc"] = "asc"
+    filter_logic: Literal["and", "or"] = "and"
+
+
+class WaitForRolloutsRequest(StoreRequest):
+    """Body of ``POST /v1/agl/waits/rollouts``."""
+
+    rollout_ids: List[str]
+    timeout: Optional[float] = None
+
+
+class NextSequenceIdRequest(StoreRequest):
+    """Body of ``POST /v1/agl/spans/next``."""
+
+    rollout_id: str
+    attempt_id: str
+
+
+class NextSequenceIdResponse(BaseModel):
+    """Response of ``POST /v1/agl/spans/next``."""
+
+    sequence_id: int
+
+
+class UpdateRolloutRequest(StoreRequest):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}``; a key counts as provided iff present in the JSON body."""
+
+    input: Optional[TaskInput] = None
+    mode: Optional[RolloutMode] = None
+    resources_id: Optional[str] = None
+    status: Optional[RolloutStatus] = None
+    config: Optional[RolloutConfig] = None
+    metadata: Optional[Dict[str, Any]] = None
+
+
+class UpdateAttemptRequest(StoreRequest):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}`` (presence semantics)."""
+
+    status: Optional[AttemptStatus] = None
+    worker_id: Optional[str] = None
+    last_heartbeat_time: Optional[float] = None
+    metadata: Optional[Dict[str, Any]] = None
+
+
+class UpdateWorkerRequest(StoreRequest):
+    """Body of ``POST /v1/agl/workers/{worker_id}``."""
+
+    heartbeat_stats: Optional[Dict[str, Any]] = None
