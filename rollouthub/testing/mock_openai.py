@@ -508,6 +508,8 @@ class MockOpenAIServer:
         """Start serving in a daemon thread; returns once the port accepts connections."""
         import uvicorn
 
+        from rollouthub.utils.server_launcher import http_protocol
+
         if self._thread is not None:
             raise RuntimeError("MockOpenAIServer is already running.")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -516,7 +518,15 @@ class MockOpenAIServer:
         sock.listen(128)
         self._socket = sock
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.build_app(), log_level="warning", access_log=False, lifespan="off")
+        protocol, max_head = http_protocol(None)  # the store server's protocol choice
+        config = uvicorn.Config(
+            self.build_app(),
+            http=protocol,
+            h11_max_incomplete_event_size=max_head,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
         server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign, attr-defined]
         self._server = server

@@ -6,9 +6,12 @@ Design notes (differences from the reference, all documented in ``docs/server.md
   already taken therefore fails immediately with :class:`PortBindError` (a ``RuntimeError`` whose message starts with
   the reference's "Server did not start up within", and contains "address already in use"), logged once, instead of
   waiting for the start-up timeout.
-* uvicorn serves with its ``httptools`` HTTP protocol (and uvloop); with ``max_header_bytes`` set it serves with its
-  ``h11`` protocol instead, the only one of uvicorn's that bounds request heads (400 and close beyond it) -- at roughly
-  three times the HTTP CPU per request (``docs/server.md``, "Slow and dawdling clients").
+* uvicorn serves with its ``zttp`` HTTP protocol (and uvloop): as cheap as ``httptools`` and it bounds request heads
+  (a request line or header line of 16 KiB, 100 header lines, ~64 KiB in all; beyond: 400 and the connection is
+  reset). With ``max_header_bytes`` set -- or where ``zttp`` is not installed (it needs Python >= 3.11) -- uvicorn's
+  ``h11`` protocol serves instead, bounding the head at ``max_header_bytes`` (default 64 KiB) at roughly three times
+  the HTTP CPU per request (``docs/server.md``, "Slow and dawdling clients"). No choice leaves request heads
+  unbounded.
 * ``mp`` mode with ``n_workers > 1`` does not need gunicorn: a supervisor process (forked from the caller) binds
   nothing itself but inherits the pre-bound socket, forks ``n_workers`` uvicorn workers that all accept on that socket
   (the app and its store are created once and inherited, like gunicorn's ``preload_app``), restarts workers that die
@@ -33,7 +36,19 @@ import traceback
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, AsyncContextManager, AsyncIterator, Callable, Coroutine, Dict, List, Literal, Optional, TypeVar
+from typing import (
+    Any,
+    AsyncContextManager,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Dict,
+    List,
+    Literal,
+    Optional,
+    Tuple,
+    TypeVar,
+)
 
 __all__ = [
     "LaunchMode",
@@ -44,6 +59,10 @@ __all__ = [
     "pick_free_port",
     "bind_socket",
     "PortBindError",
+    "DEFAULT_H11_MAX_HEADER_BYTES",
+    "http_protocol",
+    "describe_request_head_bound",
+    "zttp_available",
 ]
 
 T = TypeVar("T")
@@ -97,7 +116,43 @@ class PythonServerLauncherArgs:
     """uvicorn's ``limit_concurrency``: with this many connections (or requests in progress), new requests get 503."""
     max_header_bytes: Optional[int] = None
     """The largest request head (400 and close beyond it). Set, uvicorn serves with its ``h11`` protocol
-    (``h11_max_incomplete_event_size``); ``None``: its ``httptools`` protocol, which does not bound request heads."""
+    (``h11_max_incomplete_event_size``); ``None``: its ``zttp`` protocol with its fixed bounds (see
+    :func:`http_protocol`), or ``h11`` bounded at :data:`DEFAULT_H11_MAX_HEADER_BYTES` where ``zttp`` is missing."""
+
+
+DEFAULT_H11_MAX_HEADER_BYTES = 64 * 1024
+"""Request-head bound when uvicorn's ``h11`` protocol serves because ``zttp`` is not installed (zttp's own total)."""
+
+
+def zttp_available() -> bool:
+    """Whether uvicorn's ``zttp`` HTTP protocol can be used (the ``zttp`` package imports)."""
+    try:
+        import zttp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def http_protocol(max_header_bytes: Optional[int]) -> Tuple[Literal["zttp", "h11"], Optional[int]]:
+    """The uvicorn HTTP protocol that serves, and the ``h11`` head bound to give it.
+
+    ``max_header_bytes`` given: ``("h11", max_header_bytes)``. Otherwise ``("zttp", None)`` -- zttp answers 400 and
+    resets the connection past a 16 KiB request line or header line, 100 header lines or ~64 KiB of head -- or, where
+    zttp is not installed, ``("h11", DEFAULT_H11_MAX_HEADER_BYTES)``: request heads are bounded either way.
+    """
+    if max_header_bytes is not None:
+        return "h11", max_header_bytes
+    if zttp_available():
+        return "zttp", None
+    return "h11", DEFAULT_H11_MAX_HEADER_BYTES
+
+
+def describe_request_head_bound(max_header_bytes: Optional[int]) -> str:
+    """One line for logs: how request heads are bounded with these settings."""
+    protocol, max_head = http_protocol(max_header_bytes)
+    if protocol == "zttp":
+        return "16 KiB per line, 100 lines, ~64 KiB in all (zttp protocol)"
+    return f"{max_head} bytes (h11 protocol)"
 
 
 @contextlib.asynccontextmanager
@@ -281,16 +336,17 @@ class PythonServerLauncher:
     def _uvicorn_server(self) -> Any:
         import uvicorn
 
+        protocol, max_head = http_protocol(self.args.max_header_bytes)
         config = uvicorn.Config(
             self.app,
-            http="h11" if self.args.max_header_bytes is not None else "httptools",
+            http=protocol,
             host=self._host,
             port=self._port,
             log_level=_uvicorn_log_level(self.args.log_level),
             access_log=self.args.access_log,
             timeout_keep_alive=self.args.timeout_keep_alive,
             limit_concurrency=self.args.limit_concurrency,
-            h11_max_incomplete_event_size=self.args.max_header_bytes,
+            h11_max_incomplete_event_size=max_head,
             lifespan="off",
             timeout_graceful_shutdown=max(1, int(self.args.process_join_timeout / 2)),
         )

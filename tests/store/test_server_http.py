@@ -189,14 +189,54 @@ HEALTH = request("GET", "/v1/agl/health")
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-async def test_served_by_uvicorns_httptools_protocol(server: LightningStoreServer, conn: Conn) -> None:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+async def test_served_by_uvicorns_zttp_protocol(server: LightningStoreServer, conn: Conn) -> None:
+    from uvicorn.protocols.http.zttp_impl import ZttpProtocol
 
     await conn.send(HEALTH)
     response = await conn.response()
     assert response.status == 200 and response.json() == {"status": "ok"}
-    assert [type(c) for c in server_state(server).connections] == [HttpToolsProtocol]
+    assert [type(c) for c in server_state(server).connections] == [ZttpProtocol]
     assert response.header("server") == "uvicorn" and response.header("date")  # uvicorn's default headers
+
+
+@pytest.mark.parametrize("zttp_installed", [True, False], ids=["zttp-installed", "zttp-missing"])
+async def test_request_heads_are_bounded_by_default(monkeypatch: pytest.MonkeyPatch, zttp_installed: bool) -> None:
+    """The default protocol bounds request heads: zttp where it is installed (Python >= 3.11, a core dependency),
+    otherwise h11 bounded at DEFAULT_H11_MAX_HEADER_BYTES -- never an unbounded head."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.zttp_impl import ZttpProtocol
+
+    from rollouthub.utils import server_launcher
+
+    if not zttp_installed:
+        monkeypatch.setitem(sys.modules, "zttp", None)  # import zttp -> ImportError, as on Python 3.10
+    assert server_launcher.zttp_available() is zttp_installed
+    srv = await start()
+    try:
+        conn = await Conn.open(srv.server_launcher.port)
+        await conn.send(request("GET", "/v1/agl/health", headers=[("X-Fine", "a" * 8000)]))
+        assert (await conn.response()).status == 200
+        expected = ZttpProtocol if zttp_installed else H11Protocol
+        assert [type(c) for c in server_state(srv).connections] == [expected]
+        conn.close()
+        big = await Conn.open(srv.server_launcher.port)
+        filler = [(f"X-{i}", "b" * 1000) for i in range(4 * server_launcher.DEFAULT_H11_MAX_HEADER_BYTES // 1000)]
+        received = b""
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):  # zttp answers 400, then resets
+            await big.send(request("GET", "/v1/agl/health", headers=filler))
+            while chunk := await asyncio.wait_for(big.reader.read(65536), 10):  # until the server closes
+                received += chunk
+        assert received == b"" or received.startswith(b"HTTP/1.1 400 "), received[:100]
+        big.close()
+    finally:
+        await srv.stop()
+
+
+def test_max_header_bytes_selects_h11() -> None:
+    from rollouthub.utils.server_launcher import http_protocol
+
+    assert http_protocol(8192) == ("h11", 8192)
+    assert http_protocol(None) == ("zttp", None)
 
 
 async def test_keep_alive_reuses_the_connection(server: LightningStoreServer, conn: Conn) -> None:
@@ -252,7 +292,7 @@ async def test_malformed_request_is_a_400_and_closes(server: LightningStoreServe
     await conn.send(b"NOT HTTP AT ALL\r\n\r\n")
     response = await conn.response()
     assert response.status == 400 and response.body == b"Invalid HTTP request received."
-    assert response.header("connection") == "close" and response.header("server") == "uvicorn"
+    assert response.header("connection") == "close"  # uvicorn's own answer (zttp protocol)
     assert await conn.closed_by_server()
 
 
@@ -474,8 +514,7 @@ async def test_shutdown_finishes_the_in_flight_wait_then_closes() -> None:
         await srv.store.update_attempt(rollout.rollout_id, "latest", status="succeeded")  # type: ignore[union-attr]
         response = await busy.response()  # the in-flight request still completes...
         assert response.status == 200 and response.json()[0]["rollout_id"] == rollout.rollout_id
-        assert response.header("connection") == "close"
-        assert await busy.closed_by_server()  # ...then its connection closes
+        assert await busy.closed_by_server()  # ...then its connection closes (zttp sends no "Connection: close")
         await asyncio.wait_for(stopping, 10)
     finally:
         idle.close()
@@ -530,5 +569,5 @@ def test_cli_sigterm_with_a_request_in_flight(tmp_path: Path) -> None:
     text = stderr.decode()
     assert process.returncode == 0, text
     assert "Traceback" not in text, text
-    assert data.startswith(b"HTTP/1.1 500 ") and b"connection: close" in data
+    assert data.startswith(b"HTTP/1.1 500 ")  # and the server closed the connection: the read loop above ended
     assert "Cancelled POST /v1/agl/waits/rollouts" in text
