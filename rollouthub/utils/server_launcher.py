@@ -98,6 +98,10 @@ class PythonServerLauncherArgs:
     max_header_bytes: Optional[int] = None
     """The largest request head (400 and close beyond it). Set, uvicorn serves with its ``h11`` protocol
     (``h11_max_incomplete_event_size``); ``None``: its ``httptools`` protocol, which does not bound request heads."""
+    server_header: bool = False
+    """Whether responses carry uvicorn's ``server: uvicorn`` header (off: it names the software and costs CPU)."""
+    date_header: bool = False
+    """Whether responses carry a ``date`` header (uvicorn's, refreshed every second)."""
 
 
 @contextlib.asynccontextmanager
@@ -293,6 +297,8 @@ class PythonServerLauncher:
             h11_max_incomplete_event_size=self.args.max_header_bytes,
             lifespan="off",
             timeout_graceful_shutdown=max(1, int(self.args.process_join_timeout / 2)),
+            server_header=self.args.server_header,
+            date_header=self.args.date_header,
         )
         return uvicorn.Server(config)
 
