@@ -196,7 +196,8 @@ async def test_served_by_uvicorns_httptools_protocol(server: LightningStoreServe
     response = await conn.response()
     assert response.status == 200 and response.json() == {"status": "ok"}
     assert [type(c) for c in server_state(server).connections] == [HttpToolsProtocol]
-    assert response.header("server") == "uvicorn" and response.header("date")  # uvicorn's default headers
+    # uvicorn's default ``server``/``date`` headers are off (PythonServerLauncherArgs.server_header/date_header)
+    assert response.header("server") is None and response.header("date") is None
 
 
 async def test_keep_alive_reuses_the_connection(server: LightningStoreServer, conn: Conn) -> None:
@@ -252,7 +253,7 @@ async def test_malformed_request_is_a_400_and_closes(server: LightningStoreServe
     await conn.send(b"NOT HTTP AT ALL\r\n\r\n")
     response = await conn.response()
     assert response.status == 400 and response.body == b"Invalid HTTP request received."
-    assert response.header("connection") == "close" and response.header("server") == "uvicorn"
+    assert response.header("connection") == "close"  # uvicorn's own answer (its message above)
     assert await conn.closed_by_server()
 
 

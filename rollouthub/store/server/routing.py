@@ -84,6 +84,7 @@ class Route:
         "query_lists",
         "response_model",
         "status",
+        "status_label",
         "prefix",
         "public",
         "maps_errors",
@@ -134,6 +135,7 @@ class Route:
             self.query_lists = frozenset(name for name, q in query.items() if _is_sequence(q.annotation))
         self.response_model = response_model
         self.status = status
+        self.status_label = str(status)  # the metrics label of a success
         self.prefix = prefix
         self.public = public
         self.maps_errors = maps_errors
