@@ -35,6 +35,7 @@ def scan(routes: List[Route], method: str, path: str) -> Tuple[Optional[Route], 
 def sample_paths(routes: List[Route], rng: random.Random) -> List[str]:
     """Paths built from every template (ids, empty ids, trailing slashes, extra or missing segments) plus oddities."""
     paths = {"/", "//", "/v1", "/v1/", "/v1/agl", "/v1/agl/", "/v1/agl//", "/nope", "/assets", "/assets/", "/a/b/c/d"}
+    paths.update({"/v1/agl/rollouts" + "/x" * 40, "/assets" + "/y" * 40, "/" * 50})  # longer than the index goes
     for route in routes:
         for value in ("x", "", "search", "latest", "rollouts", f"id-{rng.randrange(10**6)}"):
             path = route.path

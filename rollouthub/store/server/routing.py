@@ -245,6 +245,8 @@ class Router:
         self._candidates: Dict[Tuple[str, int, Optional[str]], Tuple[Route, ...]] = {}
 
     def _layout(self, n: int) -> Tuple[int, FrozenSet[str]]:
+        if n > self._MAX_INDEXED_SEGMENTS:  # a long path (no declared route has many segments): no telling position
+            return -1, frozenset()
         layout = self._layouts.get(n)
         if layout is None:
             shapes = [shape for shape in self._shapes if shape.fits(n)]
@@ -255,8 +257,7 @@ class Router:
                 )
                 if len(literals) > len(layout[1]):
                     layout = (position, literals)
-            if n <= self._MAX_INDEXED_SEGMENTS:
-                self._layouts[n] = layout
+            self._layouts[n] = layout
         return layout
 
     def _candidates_for(self, method: str, parts: List[str]) -> Tuple[Route, ...]:
