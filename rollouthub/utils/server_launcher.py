@@ -118,6 +118,11 @@ class PythonServerLauncherArgs:
     """The largest request head (400 and close beyond it). Set, uvicorn serves with its ``h11`` protocol
     (``h11_max_incomplete_event_size``); ``None``: its ``zttp`` protocol with its fixed bounds (see
     :func:`http_protocol`), or ``h11`` bounded at :data:`DEFAULT_H11_MAX_HEADER_BYTES` where ``zttp`` is missing."""
+    server_header: bool = False
+    """Whether responses carry uvicorn's ``server: uvicorn`` header (off: it names the software and costs CPU)."""
+    date_header: bool = True
+    """Whether responses carry a ``date`` header (uvicorn's, refreshed every second; RFC 9110 asks an origin server
+    with a clock to send it)."""
 
 
 DEFAULT_H11_MAX_HEADER_BYTES = 64 * 1024
@@ -349,6 +354,8 @@ class PythonServerLauncher:
             h11_max_incomplete_event_size=max_head,
             lifespan="off",
             timeout_graceful_shutdown=max(1, int(self.args.process_join_timeout / 2)),
+            server_header=self.args.server_header,
+            date_header=self.args.date_header,
         )
         return uvicorn.Server(config)
 

@@ -90,11 +90,12 @@ class Call:
         self.receive = receive
         self._watch: Optional[asyncio.Future[Any]] = None
 
-    async def read_body(self) -> bytes:
-        """The whole request body: :class:`BodyTooLarge` above the server's limit, ``ClientDisconnect`` when the
-        client leaves before its end."""
+    async def read_body(self, message: Optional[Message] = None) -> bytes:
+        """The whole request body (from ``message`` on, the request's first ASGI message when already received):
+        :class:`BodyTooLarge` above the server's limit, ``ClientDisconnect`` when the client leaves before its end."""
         limit = self.app.max_body_bytes
-        message = await self.receive()
+        if message is None:
+            message = await self.receive()
         if message["type"] != "http.request":
             raise ClientDisconnect()
         body: bytes = message.get("body", b"")
@@ -349,7 +350,14 @@ class StoreApp:
         call = Call(self, params, scope, receive)
         try:
             if route.body is not None:
-                call.body = self._parse_body(route, await call.read_body(), content_type)
+                message = await receive()  # the common case inline: the whole body in one message
+                if message["type"] == "http.request" and not message.get("more_body", False):
+                    body = message.get("body", b"")
+                    if 0 < limit < len(body):
+                        raise BodyTooLarge()
+                else:
+                    body = await call.read_body(message)
+                call.body = self._parse_body(route, body, content_type)
             if route.query_model is not None:
                 call.query = _parse_query(route, scope["query_string"])
             result = await route.handler(call)
@@ -372,12 +380,19 @@ class StoreApp:
         except Exception as exc:
             return await self._error(send, route, method, path, exc)
         finally:
-            call.close()
+            if call._watch is not None:
+                call.close()
         kind = type(result)
         if kind is bytes:
-            status = route.status
-            await _send(send, status, result, [_JSON, (b"content-length", b"%d" % len(result))])
-            return str(status)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": route.status,
+                    "headers": [_JSON, (b"content-length", b"%d" % len(result))],
+                }
+            )
+            await send({"type": "http.response.body", "body": result})
+            return route.status_label
         if kind is tuple:  # (status, body, headers)
             await _send(send, result[0], result[1], result[2])
             return str(result[0])

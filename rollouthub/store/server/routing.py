@@ -84,6 +84,7 @@ class Route:
         "query_lists",
         "response_model",
         "status",
+        "status_label",
         "prefix",
         "public",
         "maps_errors",
@@ -134,6 +135,7 @@ class Route:
             self.query_lists = frozenset(name for name, q in query.items() if _is_sequence(q.annotation))
         self.response_model = response_model
         self.status = status
+        self.status_label = str(status)  # the metrics label of a success
         self.prefix = prefix
         self.public = public
         self.maps_errors = maps_errors
@@ -210,13 +212,21 @@ def _split(path: str) -> List[str]:
 
 
 class Router:
-    """The ordered routes of the server and the lookup of a request's route."""
+    """The ordered routes of the server and the lookup of a request's route.
+
+    :meth:`match` answers exact paths from a dictionary (when no earlier route could also match them). Other paths are
+    matched against a few *candidates* only: the routes that allow the method, can match a path of that many segments
+    and agree with its most telling literal segment (e.g. ``workers`` in ``/v1/agl/workers/{worker_id}``), in
+    declaration order -- so the first candidate that matches is the route the full ordered scan would find.
+    """
+
+    _MAX_INDEXED_SEGMENTS = 32
+    _MAX_CANDIDATE_LISTS = 4096
 
     def __init__(self, routes: Sequence[Route]) -> None:
         self.routes: List[Route] = list(routes)
         # Exact paths answered from a dictionary: (method, path) -> route, unless an earlier route could match too.
         self._exact: Dict[Tuple[str, str], Route] = {}
-        self._dynamic: List[Route] = [r for r in self.routes if r.param_names or r.prefix]
         for index, route in enumerate(self.routes):
             if route.param_names or route.prefix or route.methods is None:
                 continue
@@ -229,7 +239,45 @@ class Router:
                 continue
             for method in route.methods:
                 self._exact.setdefault((method, route.path), route)
-        self._has_exact_path = {path for _, path in self._exact}
+        # Per path length: the segment position that tells the routes apart best, and the literals found there.
+        self._shapes = [_Shape(route) for route in self.routes]
+        self._layouts: Dict[int, Tuple[int, FrozenSet[str]]] = {}
+        self._candidates: Dict[Tuple[str, int, Optional[str]], Tuple[Route, ...]] = {}
+
+    def _layout(self, n: int) -> Tuple[int, FrozenSet[str]]:
+        if n > self._MAX_INDEXED_SEGMENTS:  # a long path (no declared route has many segments): no telling position
+            return -1, frozenset()
+        layout = self._layouts.get(n)
+        if layout is None:
+            shapes = [shape for shape in self._shapes if shape.fits(n)]
+            layout = (-1, frozenset())
+            for position in range(n):
+                literals = frozenset(
+                    literal for literal in (shape.literal_at(position) for shape in shapes) if literal is not None
+                )
+                if len(literals) > len(layout[1]):
+                    layout = (position, literals)
+            self._layouts[n] = layout
+        return layout
+
+    def _candidates_for(self, method: str, parts: List[str]) -> Tuple[Route, ...]:
+        """The routes that may serve ``method`` on a path split into ``parts`` (a superset of the matches, ordered)."""
+        n = len(parts)
+        position, literals = self._layout(n)
+        literal = parts[position] if position >= 0 and parts[position] in literals else None
+        key = (method, n, literal)
+        candidates = self._candidates.get(key)
+        if candidates is None:
+            candidates = tuple(
+                shape.route
+                for shape in self._shapes
+                if shape.route.allows(method)
+                and shape.fits(n)
+                and (position < 0 or shape.literal_at(position) in (None, literal))
+            )
+            if n <= self._MAX_INDEXED_SEGMENTS and len(self._candidates) < self._MAX_CANDIDATE_LISTS:
+                self._candidates[key] = candidates
+        return candidates
 
     def match(self, method: str, path: str) -> Tuple[Optional[Route], Tuple[str, ...], Optional[Route]]:
         """``(route, path parameters, None)`` for the route serving the request, else ``(None, (), partial)`` where
@@ -238,22 +286,21 @@ class Router:
         if route is not None:
             return route, (), None
         parts = _split(path)
-        partial: Optional[Route] = None
-        for route in self.routes:
+        for route in self._candidates_for(method, parts):
             if not route.param_names and not route.prefix:
-                if route.path != path:
-                    continue
-                if route.allows(method):
+                if route.path == path:
                     return route, (), None
-                partial = partial or route
                 continue
             params = route.match_path(parts)
-            if params is None:
-                continue
-            if route.allows(method):
+            if params is not None:
                 return route, params, None
-            partial = partial or route
-        return None, (), partial
+        for route in self.routes:  # no route serves the method: the first whose path matches makes it a 405
+            if route.param_names or route.prefix:
+                if route.match_path(parts) is not None:
+                    return None, (), route
+            elif route.path == path:
+                return None, (), route
+        return None, (), None
 
     def matches_any(self, path: str) -> bool:
         """Whether any route's path matches ``path`` (for Starlette's trailing-slash redirect)."""
@@ -262,3 +309,33 @@ class Router:
             (route.path == path if not (route.param_names or route.prefix) else route.match_path(parts) is not None)
             for route in self.routes
         )
+
+
+class _Shape:
+    """What a route requires of a path split on ``/``: its number of segments and the literal ones."""
+
+    __slots__ = ("route", "min_length", "max_length", "literals")
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+        if not route.param_names and not route.prefix:  # an exact path: compared as a whole
+            literals: Tuple[Optional[str], ...] = tuple(_split(route.path))
+            self.min_length: int = len(literals)
+            self.max_length: Optional[int] = len(literals)
+        else:
+            literals = tuple(None if is_param else value for is_param, value in route._segments)
+            if route.prefix:  # "<path>/<anything>"
+                self.min_length, self.max_length = len(literals) + 1, None
+            elif route._tail is not None:
+                self.min_length, self.max_length = len(literals), None
+            else:
+                self.min_length = self.max_length = len(literals)
+        self.literals = literals
+
+    def fits(self, n: int) -> bool:
+        """Whether a path of ``n`` segments can match."""
+        return self.min_length <= n and (self.max_length is None or n <= self.max_length)
+
+    def literal_at(self, position: int) -> Optional[str]:
+        """The literal segment required at ``position`` (``None``: any value fits there)."""
+        return self.literals[position] if position < len(self.literals) else None

@@ -353,13 +353,30 @@ async def _server_add_otel_span(
     return await self.add_span(span)  # type: ignore[no-any-return]
 
 
+_UNLOCKED_METHODS = frozenset({"wait_for_rollouts", "dequeue_rollout_or_wait"})
+"""Methods ``_call`` does not simply run under the lock for a store that is not thread-safe."""
+
+
 def _make_delegate(name: str) -> Any:
+    lockable = name not in _UNLOCKED_METHODS
+
     async def method(self: LightningStoreServer, *args: Any, **kwargs: Any) -> Any:
-        # Fast path of ``_call`` (the common case in the server process): straight to a zero-copy store, or to a
-        # thread-safe one in the owning process.
-        store = self._direct_store()
-        if store is not None:
-            return await getattr(store, name)(*args, **kwargs)
+        # Fast paths of ``_call`` for the server process's own calls (every request): straight to a zero-copy store or
+        # to a thread-safe one in the owning process, or -- inlined ``_locked_call`` -- to another store under the lock.
+        store = self.store
+        cached = self._caps_cache
+        if store is not None and cached is not None and cached[0] == id(store):
+            route = cached[2]
+            if route == _DIRECT_ANYWHERE or (route == _DIRECT_IN_OWNER and _current_pid == self._owner_pid):
+                return await getattr(store, name)(*args, **kwargs)
+            if route == _LOCKED and lockable and _current_pid == self._owner_pid:
+                lock = self._lock
+                if not lock.acquire(blocking=False):
+                    await self._acquire_lock_async()
+                try:
+                    return await getattr(store, name)(*args, **kwargs)
+                finally:
+                    lock.release()
         return await self._call(name, *args, **kwargs)
 
     base = getattr(LightningStore, name)
