@@ -127,6 +127,13 @@ class _UnitView(LightningCollections):
             return await super().dequeue_rollouts(limit)
         return await sql_batch.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
 
+    async def latest_resources(self) -> Optional[Any]:
+        """PostgreSQL optimistic units: cached and validated by the unit's write statement (see
+        :func:`.sql_batch.latest_resources`); otherwise the primitives."""
+        if self._unit.optimistic:
+            return await sql_batch.latest_resources(self._unit, self._backend.schema.specs["resources"])
+        return await super().latest_resources()
+
     async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
         """PostgreSQL: one statement (see :func:`.sql_batch.get_rollout_and_attempts`); SQLite: the primitives."""
         if self._unit.sqlite:
@@ -297,6 +304,12 @@ class SqlLightningCollections(LightningCollections):
         self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
         self._unbound: Optional[Dict[str, Any]] = None
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
+        self.latest_resources_cache: Optional[Tuple[Any, Optional[str]]] = None
+        """PostgreSQL: the latest resources snapshot and its version, as last read (see
+        :func:`.sql_batch.latest_resources`); ``None``: unknown."""
+        self.claiming: Set[int] = set()
+        """PostgreSQL: the queue entries (``seq``) optimistic units of this process are claiming (see
+        :func:`.sql_batch.dequeue_rollouts`)."""
         self._pessimistic_callbacks: Set[Any] = set()
         """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 
@@ -520,6 +533,7 @@ class SqlLightningCollections(LightningCollections):
                 continue
             except GuardConflict:
                 optimistic = False  # the rows are contended: lock them this time
+                self.latest_resources_cache = None  # it may be what changed
                 continue
             except Exception as exc:
                 if not is_transient_error(exc) or time.monotonic() + delay > deadline:

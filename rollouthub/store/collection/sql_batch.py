@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NeedsTransaction",
+    "NO_GUARD",
+    "latest_resources",
     "GuardConflict",
     "WriteBatch",
     "PendingResult",
@@ -67,13 +69,16 @@ class NeedsTransaction(BaseException):
 
 
 class _CounterSpec(NamedTuple):
-    """The key-value table as guards and row claims see it (name and primary key)."""
+    """A table that is not a collection (the key-value table, the queue) as guards and row claims see it: name,
+    primary key and the kinds of its columns."""
 
     name: str
     primary_keys: Tuple[str, ...]
+    key_kinds: Tuple[str, ...] = ("str",)
 
 
 _COUNTERS: Any = _CounterSpec("span_sequence_ids", ("key",))
+_QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
 
 
 class GuardConflict(Exception):
@@ -353,6 +358,24 @@ class _SetCounter(_Op):
         return [self.key, self.value]
 
 
+class _Pop(_Op):
+    """The queue entries an optimistic claim read (:func:`dequeue_rollouts`), deleted under the guard that they are
+    still there (the guard locks them: a concurrent claimer of the same entry waits, then finds it gone)."""
+
+    __slots__ = ("seqs",)
+
+    def __init__(self) -> None:
+        self.shape = ("p",)
+        self.seqs: List[int] = []
+
+    def cte(self, first: int, ok: str) -> str:
+        cond = f" AND {ok}" if ok else ""
+        return f"DELETE FROM rollout_queue WHERE seq = ANY(${first}::int8[]){cond}"
+
+    def params(self) -> List[Any]:
+        return [self.seqs]
+
+
 class _Notify(_Op):
     """``pg_notify`` on one channel (delivered by PostgreSQL when the statement's transaction commits)."""
 
@@ -373,6 +396,11 @@ class _Notify(_Op):
         return [self.channel, payload if len(payload) <= _NOTIFY_PAYLOAD_LIMIT else ""]  # too long: wake everybody
 
 
+NO_GUARD: Any = object()
+
+_LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
+"""The order of ``resources.get(sort=update_time desc)`` (see :mod:`.sql_filters`), as the cache guard uses it."""
+
 _STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 """Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""
 
@@ -380,7 +408,7 @@ _STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 class WriteBatch:
     """The deferred writes and (optimistic units) the versions of the rows read, of one PostgreSQL commit unit."""
 
-    __slots__ = ("ops", "tables", "touched", "guards", "_enqueue", "_raise", "_notify")
+    __slots__ = ("ops", "tables", "touched", "guards", "_enqueue", "_raise", "_notify", "_pop", "latest")
 
     def __init__(self) -> None:
         self.ops: List[_Op] = []
@@ -390,6 +418,10 @@ class WriteBatch:
         self._enqueue: Optional[_Enqueue] = None
         self._raise: Optional[_RaiseTo] = None
         self._notify: Dict[str, _Notify] = {}
+        self._pop: Optional[_Pop] = None
+        self.latest: Any = NO_GUARD
+        """The version (``xmin``) of the latest resources snapshot the unit used (``None``: there was none), checked
+        by the write statement (:func:`latest_resources`); ``NO_GUARD`` when the unit did not use it."""
 
     # --- reads -------------------------------------------------------------------------------------------------
 
@@ -505,6 +537,17 @@ class WriteBatch:
             self.guard(_COUNTERS, (key,), version)
         self.ops.append(_SetCounter(key, value, version is None))
 
+    async def pop(self, unit: Unit, seqs: Sequence[int]) -> None:
+        """Defer deleting the queue entries ``seqs`` read by an optimistic claim (guarded: they must still exist)."""
+        keys = [(seq,) for seq in seqs]
+        await self._claim_keys(unit, _QUEUE, keys)
+        for key in keys:
+            self.guard(_QUEUE, key, None)
+        if self._pop is None:
+            self._pop = _Pop()
+            self.ops.append(self._pop)
+        self._pop.seqs.extend(seqs)
+
     def notify(self, channel: str, payload: str) -> None:
         """Defer a ``NOTIFY`` (payloads of one channel are joined with commas)."""
         op = self._notify.get(channel)
@@ -518,9 +561,11 @@ class WriteBatch:
     def _statement(self) -> Tuple[str, List[Any]]:
         """The statement sending the pending writes (its text is built once per shape), and its parameters."""
         guards = self.guards
+        latest = self.latest
         shape = (
             tuple((name, len(rows) == 1) for name, (_, rows) in guards.items()),
             tuple(op.shape for op in self.ops),
+            latest is not NO_GUARD,
         )
         params: List[Any] = []
         for spec, rows in guards.values():
@@ -528,6 +573,8 @@ class WriteBatch:
             columns.append(list(rows.values()))
             params.extend(_source_params(columns, len(rows) == 1))
             params.append(len(rows))
+        if latest is not NO_GUARD:
+            params.append(latest)
         for op in self.ops:
             params.extend(op.params())
         sql = _STATEMENTS.get(shape)
@@ -544,7 +591,8 @@ class WriteBatch:
         for spec, rows in self.guards.values():
             pks = spec.primary_keys
             keys = [f"k{i}" for i in range(len(pks))]
-            source = _source(n + 1, [*keys, "x"], ["str"] * (len(pks) + 1), len(rows) == 1)
+            key_kinds = list(getattr(spec, "key_kinds", None) or ["str"] * len(pks))
+            source = _source(n + 1, [*keys, "x"], [*key_kinds, "str"], len(rows) == 1)
             join = " AND ".join(f"t.{_q(pk)} = v.{_q(k)}" for pk, k in zip(pks, keys, strict=True))
             parts.append(
                 f"g_{spec.name} AS (SELECT 1 FROM {_q(spec.name)} AS t JOIN {source} "
@@ -552,6 +600,11 @@ class WriteBatch:
             )
             n += len(pks) + 2
             checks.append(f"(SELECT count(*) FROM g_{spec.name}) = ${n}")
+        if self.latest is not NO_GUARD:
+            n += 1
+            checks.append(
+                f"(SELECT xmin::text FROM resources {_LATEST_RESOURCES_ORDER}) IS NOT DISTINCT FROM ${n}::text"
+            )
         ok = ""
         if checks:
             parts.append(f"ok AS (SELECT {' AND '.join(checks)} AS ok)")
@@ -566,8 +619,9 @@ class WriteBatch:
 
     async def flush(self, unit: Unit) -> None:
         """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.
-        Raises :class:`GuardConflict` (nothing written) when a guarded row changed."""
-        if not self.ops:
+        Raises :class:`GuardConflict` (nothing written) when a guarded row changed. A unit that used a cached answer
+        (:func:`latest_resources`) sends the statement even without writes, to check it."""
+        if not self.ops and self.latest is NO_GUARD:
             return
         ops = self.ops
         sql, params = self._statement()
@@ -577,6 +631,8 @@ class WriteBatch:
         self.guards = {}
         self._enqueue = self._raise = None
         self._notify = {}
+        self._pop = None
+        self.latest = NO_GUARD
         import asyncpg
 
         try:
@@ -606,7 +662,12 @@ def _select_list(spec: TableSpec, alias: str = "") -> str:
 
 async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
     """Pop up to ``limit`` ids (``FOR UPDATE SKIP LOCKED``: concurrent claimers never wait for each other), lock
-    their rollouts and count their attempts -- one statement, in a write transaction."""
+    their rollouts and count their attempts -- one statement, in a write transaction.
+
+    In an optimistic unit, a *claim read* instead (:func:`_claim_rollouts`): nothing is popped until the unit's
+    write statement, which deletes the entries under the guard that they (and the rollouts read) did not change."""
+    if unit.optimistic and unit.batch is not None:
+        return await _claim_rollouts(unit, unit.batch, rollouts, limit)
     if unit.batch is not None:
         await unit.batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), True)
     key = ("dequeue_rollouts", limit == 1)
@@ -626,6 +687,74 @@ async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[
         rollout = rollouts.from_row(tuple(row)[3:]) if row[2] else None
         out.append(PoppedRollout(row[0], rollout, int(row[1])))
     return out
+
+
+async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
+    """The optimistic claim: read the head of the queue with the rollouts (and their versions) and attempt counts,
+    without locking or deleting anything (one statement, no transaction); the unit's write statement then deletes
+    the entries, guarded by their existence and the rollouts' versions. A concurrent claim of the same entry makes
+    one of the two write statements find its guard broken (nothing written): that unit runs again in a transaction.
+
+    Entries this process is claiming right now in other units are skipped (so that local claimers do not collide;
+    they are released when their unit ends): the head is read again, further, when they hid what was asked for."""
+    await batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), False)
+    claiming = unit.backend.claiming
+    while True:
+        read = limit + len(claiming)
+        key = ("claim_rollouts", read == 1)
+        sql = _STATEMENTS.get(key)
+        if sql is None:
+            sql = _STATEMENTS[key] = (
+                f"WITH p AS (SELECT seq, value FROM rollout_queue ORDER BY seq LIMIT {'1' if read == 1 else '$1'}) "
+                "SELECT p.seq, p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
+                f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')}, r.xmin::text "
+                "FROM p LEFT JOIN rollouts r ON r.rollout_id = p.value ORDER BY p.seq"
+            )
+        rows = await unit.fetch_sql(sql, [] if read == 1 else [read])
+        free = [row for row in rows if row[0] not in claiming]
+        if len(free) >= limit or len(rows) < read:
+            break  # enough, or the whole queue was read
+    out: List[PoppedRollout] = []
+    seqs: List[int] = []
+    for row in free[:limit]:
+        seq = row[0]
+        values = tuple(row)[4:]
+        rollout = None
+        if row[3]:
+            batch.guard_rows(rollouts, [values])
+            rollout = rollouts.from_row(values[:-1])
+        out.append(PoppedRollout(row[1], rollout, int(row[2])))
+        seqs.append(seq)
+    if seqs:
+        claiming.update(seqs)
+        unit.claims = seqs
+        await batch.pop(unit, seqs)
+    return out
+
+
+async def latest_resources(unit: Unit, resources: TableSpec) -> Optional[Any]:
+    """The latest resources snapshot, in an optimistic unit: from the process' cache when it has one, else read
+    (with its version) and cached. Either way the unit's write statement only writes when the latest snapshot still
+    has that version (or there is still none), so an answer made stale by any process -- another store on the same
+    database included -- never reaches the database: the unit then runs again in a transaction, which reads it.
+    Local writes of resources drop the cache (:class:`~.sql_primitives.SqlCollection`), as does any guard conflict."""
+    batch = unit.batch
+    assert batch is not None and unit.optimistic
+    backend = unit.backend
+    cached = backend.latest_resources_cache
+    if cached is None:
+        await batch.before_statement(unit, ("resources",), False)
+        key = ("latest_resources",)
+        sql = _STATEMENTS.get(key)
+        if sql is None:
+            sql = _STATEMENTS[key] = (
+                f"SELECT {_select_list(resources)}, xmin::text FROM resources {_LATEST_RESOURCES_ORDER}"
+            )
+        rows = await unit.fetch_sql(sql, [])
+        cached = (resources.from_row(tuple(rows[0])[:-1]), rows[0][-1]) if rows else (None, None)
+        backend.latest_resources_cache = cached
+    batch.latest = cached[1]
+    return cached[0]
 
 
 async def get_rollout_and_attempts(
