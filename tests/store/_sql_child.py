@@ -109,6 +109,13 @@ async def change_resources(store: SqlLightningStore, target: str) -> None:
     emit(kind="resources", resources_id=update.resources_id)
 
 
+async def touch_rollout(store: SqlLightningStore, rollout_id: str, attempt_id: str) -> None:
+    """Change an attempt's metadata, then start a new attempt of its rollout; print the new attempt's id."""
+    await store.update_attempt(rollout_id, attempt_id, metadata={"child": True})
+    attempted = await store.start_attempt(rollout_id, worker_id="child")
+    emit(kind="touched", attempt_id=attempted.attempt.attempt_id)
+
+
 async def finish_later(store: SqlLightningStore, delay: float, rollout_ids: list[str]) -> None:
     """Finish each rollout after ``delay`` seconds, printing the commit time."""
     emit(kind="ready")
@@ -140,6 +147,8 @@ async def main(argv: list[str]) -> None:
             await claim_concurrently(store, int(args[0]))
         elif command == "resources":
             await change_resources(store, args[0])
+        elif command == "touch":
+            await touch_rollout(store, args[0], args[1])
         elif command == "finish":
             await finish_later(store, float(args[0]), args[1:])
         elif command == "enqueue":

@@ -242,6 +242,42 @@ async def test_enqueue_uses_the_latest_resources_written_by_another_process(targ
         await store.close()
 
 
+async def test_attempt_updates_see_what_another_process_wrote(target: tuple[str, str]) -> None:
+    """This process' updates of an attempt it claimed and updated before (on PostgreSQL answered from what the
+    process remembers, checked by the write) see the changes another process made in between: its metadata change
+    and the new attempt it started (which is then the latest)."""
+    url, schema = target
+    store = open_target_store(url, schema, scan_debounce_seconds=3600.0)
+    try:
+        await store.enqueue_rollout({"x": 1})
+        claimed = await store.dequeue_rollout(worker_id="parent")
+        assert claimed is not None
+        rollout_id, first = claimed.rollout_id, claimed.attempt.attempt_id
+        running = await store.update_attempt(rollout_id, first, status="running")
+        assert running.status == "running"
+        beat = await store.update_attempt(rollout_id, "latest", last_heartbeat_time=123.0)
+        assert beat.attempt_id == first and beat.status == "running"
+        child = await Child.start("touch", url, schema, rollout_id, first)
+        try:
+            touched = await child.read_until("touched")
+            await child.finish()
+        finally:
+            await child.kill()
+        again = await store.update_attempt(rollout_id, first, last_heartbeat_time=124.0)
+        assert again.metadata == {"child": True} and again.last_heartbeat_time == 124.0
+        latest = await store.update_attempt(rollout_id, "latest", status="running")
+        assert latest.attempt_id == touched["attempt_id"] and latest.sequence_id == 2
+        done = await store.update_attempt(rollout_id, "latest", status="succeeded")
+        assert done.attempt_id == touched["attempt_id"]
+        rollout = await store.get_rollout_by_id(rollout_id)
+        assert rollout is not None and rollout.status == "succeeded"
+        stored = {a.attempt_id: a for a in await store.query_attempts(rollout_id)}
+        assert stored[first].metadata == {"child": True} and stored[first].last_heartbeat_time == 124.0
+        assert stored[touched["attempt_id"]].status == "succeeded"
+    finally:
+        await store.close()
+
+
 async def test_wait_for_rollouts_sees_other_processes_within_250ms(target: tuple[str, str]) -> None:
     url, schema = target
     store = open_target_store(url, schema, scan_debounce_seconds=3600.0)

@@ -307,6 +307,9 @@ class SqlLightningCollections(LightningCollections):
         self.latest_resources_cache: Optional[Tuple[Any, Optional[str]]] = None
         """PostgreSQL: the latest resources snapshot and its version, as last read (see
         :func:`.sql_batch.latest_resources`); ``None``: unknown."""
+        self.rollout_cache: Dict[str, List[Any]] = {}
+        """PostgreSQL: ``rollout_id -> [rollout, its version, latest attempt or None, its version]`` as this process
+        last read or wrote them (see :func:`.sql_batch.get_rollout_and_attempts`)."""
         self.claiming: Set[int] = set()
         """PostgreSQL: the queue entries (``seq``) optimistic units of this process are claiming (see
         :func:`.sql_batch.dequeue_rollouts`)."""

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
+from pydantic_core import from_json
+
 from .base import DuplicatedPrimaryKeyError, PoppedRollout, RolloutAttempts
 from .sql_schema import TableSpec
 
@@ -401,6 +403,10 @@ NO_GUARD: Any = object()
 _LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
 """The order of ``resources.get(sort=update_time desc)`` (see :mod:`.sql_filters`), as the cache guard uses it."""
 
+_CACHED_TABLES = ("rollouts", "attempts")
+
+_ROLLOUT_CACHE_SIZE = 4096
+
 _STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 """Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""
 
@@ -408,7 +414,20 @@ _STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 class WriteBatch:
     """The deferred writes and (optimistic units) the versions of the rows read, of one PostgreSQL commit unit."""
 
-    __slots__ = ("ops", "tables", "touched", "guards", "_enqueue", "_raise", "_notify", "_pop", "latest")
+    __slots__ = (
+        "ops",
+        "tables",
+        "touched",
+        "guards",
+        "_enqueue",
+        "_raise",
+        "_notify",
+        "_pop",
+        "latest",
+        "cached",
+        "seen",
+        "written",
+    )
 
     def __init__(self) -> None:
         self.ops: List[_Op] = []
@@ -422,6 +441,13 @@ class WriteBatch:
         self.latest: Any = NO_GUARD
         """The version (``xmin``) of the latest resources snapshot the unit used (``None``: there was none), checked
         by the write statement (:func:`latest_resources`); ``NO_GUARD`` when the unit did not use it."""
+        self.cached = False
+        """Whether the unit used an answer from a cache: its statement is sent even without writes, to check it."""
+        self.seen: Dict[str, List[Any]] = {}
+        """Optimistic units: the rollouts (with their latest attempt) read, as cache entries (see
+        :func:`get_rollout_and_attempts`): after the write statement they are cached with the unit's writes applied."""
+        self.written: List[Tuple[str, TableSpec, List[Tuple[Any, ...]], List[Any]]] = []
+        """The deferred writes of rollouts and attempts: ``(kind, spec, keys, rows)``."""
 
     # --- reads -------------------------------------------------------------------------------------------------
 
@@ -477,6 +503,8 @@ class WriteBatch:
         run it now (see :meth:`_claim_keys`)."""
         if not await self._claim_keys(unit, spec, keys):
             return False
+        if spec.name in _CACHED_TABLES:
+            self.written.append(("i", spec, keys, rows))
         self.ops.append(_Insert(spec, rows))
         return True
 
@@ -490,6 +518,8 @@ class WriteBatch:
         if unit.optimistic:
             for key in keys:
                 self.guard(spec, key, None)
+        if spec.name in _CACHED_TABLES:
+            self.written.append(("u", spec, keys, rows))
         self.ops.append(_Update(spec, names, keys, rows))
         return True
 
@@ -499,6 +529,8 @@ class WriteBatch:
         """Defer an upsert (existing rows get the columns ``names``); returns like :meth:`insert`."""
         if not await self._claim_keys(unit, spec, keys):
             return False
+        if spec.name in _CACHED_TABLES:
+            self.written.append(("s", spec, keys, rows))
         self.ops.append(_Upsert(spec, names, rows))
         return True
 
@@ -509,6 +541,8 @@ class WriteBatch:
         if unit.optimistic:
             for key in keys:
                 self.guard(spec, key, None)
+        if spec.name in _CACHED_TABLES:
+            self.written.append(("d", spec, keys, []))
         self.ops.append(_Delete(spec, keys))
         return True
 
@@ -566,6 +600,7 @@ class WriteBatch:
             tuple((name, len(rows) == 1) for name, (_, rows) in guards.items()),
             tuple(op.shape for op in self.ops),
             latest is not NO_GUARD,
+            bool(self.seen),
         )
         params: List[Any] = []
         for spec, rows in guards.values():
@@ -615,15 +650,18 @@ class WriteBatch:
             n += len(op.params())
             if op.reports:
                 outputs.append(f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})")
+        if self.seen:  # the version of the rows written: the (32-bit) id of the statement's transaction
+            outputs.append(f"CASE WHEN {ok or 'true'} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END")
         return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
 
     async def flush(self, unit: Unit) -> None:
         """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.
         Raises :class:`GuardConflict` (nothing written) when a guarded row changed. A unit that used a cached answer
         (:func:`latest_resources`) sends the statement even without writes, to check it."""
-        if not self.ops and self.latest is NO_GUARD:
+        if not self.ops and not self.cached:
             return
         ops = self.ops
+        seen, written = self.seen, self.written
         sql, params = self._statement()
         self.ops = []
         self.tables = set()
@@ -633,6 +671,9 @@ class WriteBatch:
         self._notify = {}
         self._pop = None
         self.latest = NO_GUARD
+        self.cached = False
+        self.seen = {}
+        self.written = []
         import asyncpg
 
         try:
@@ -642,12 +683,62 @@ class WriteBatch:
                 raise GuardConflict("a counter the unit creates was created concurrently") from None
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
         row = rows[0]
+        cache = unit.backend.rollout_cache
         if not row[0]:
+            for rollout_id in seen:
+                cache.pop(rollout_id, None)
             raise GuardConflict("a row read by the unit changed before its writes")
         reported = iter(row[1:])
         for op in ops:
             if op.reports:
                 op.check(next(reported))
+        if seen:
+            _cache_rollouts(cache, seen, written, row[-1])
+
+
+def _merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
+    """The model stored after writing the column values ``row`` (driver values, as sent) over ``old`` (the stored
+    model; ``None``: a new row), decoded as a read would decode them."""
+    data = dict(old.__dict__) if old is not None else {}
+    kinds = spec.kinds
+    for name, value in row.items():
+        if value is not None and kinds[name] == "json":
+            value = from_json(value)
+        data[name] = value
+    return spec.model.__pydantic_validator__.validate_python(data)
+
+
+def _cache_rollouts(cache: Dict[str, List[Any]], seen: Dict[str, List[Any]], written: List[Any], version: str) -> None:
+    """After an optimistic unit's write statement succeeded: cache the rollouts it read (with their latest attempt)
+    as they are now -- the unit's writes applied, written rows at the statement's version (``version``). A write
+    this cannot follow (an upsert, a delete, a rollout insert, unknown columns) leaves the rollout uncached. The
+    latest attempt is the one with the highest ``sequence_id`` (the first inserted among equals), as
+    :func:`get_rollout_and_attempts` reads it."""
+    for kind, spec, keys, rows in written:
+        for key, row in zip(keys, rows or [None] * len(keys), strict=True):
+            entry = seen.get(key[0])
+            if entry is None:
+                continue
+            if kind in ("s", "d") or (spec.has_extra and row is not None and "extra" in row):
+                del seen[key[0]]
+            elif spec.name == "rollouts":
+                if kind == "i":
+                    del seen[key[0]]
+                else:
+                    entry[0] = _merged(spec, entry[0], row)
+                    entry[1] = version
+            elif kind == "i":
+                if entry[2] is None or row["sequence_id"] > entry[2].sequence_id:
+                    entry[2] = _merged(spec, None, row)
+                    entry[3] = version
+            elif entry[2] is not None and entry[2].attempt_id == key[1]:
+                entry[2] = _merged(spec, entry[2], row)
+                entry[3] = version
+    for rollout_id, entry in seen.items():
+        cache.pop(rollout_id, None)
+        cache[rollout_id] = entry
+    while len(cache) > _ROLLOUT_CACHE_SIZE:
+        del cache[next(iter(cache))]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -723,6 +814,8 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
         if row[3]:
             batch.guard_rows(rollouts, [values])
             rollout = rollouts.from_row(values[:-1])
+            if row[2] == 0:  # no attempt yet: the claim's own attempt will be the latest
+                batch.seen[row[1]] = [rollout, values[-1], None, None]
         out.append(PoppedRollout(row[1], rollout, int(row[2])))
         seqs.append(seq)
     if seqs:
@@ -742,7 +835,9 @@ async def latest_resources(unit: Unit, resources: TableSpec) -> Optional[Any]:
     assert batch is not None and unit.optimistic
     backend = unit.backend
     cached = backend.latest_resources_cache
-    if cached is None:
+    if cached is not None:
+        batch.cached = True
+    else:
         await batch.before_statement(unit, ("resources",), False)
         key = ("latest_resources",)
         sql = _STATEMENTS.get(key)
@@ -761,11 +856,26 @@ async def get_rollout_and_attempts(
     unit: Unit, rollouts: TableSpec, attempts: TableSpec, rollout_id: str, attempt_id: Optional[str]
 ) -> RolloutAttempts:
     """The rollout, its latest attempt and attempt ``attempt_id`` in one statement (locked in a transaction;
-    remembered with their versions in an optimistic unit)."""
+    remembered with their versions in an optimistic unit).
+
+    An optimistic unit answers from the process' cache instead when it knows the rollout and its latest attempt (and
+    ``attempt_id`` is that one): what this process last read or wrote of them, with their versions, which the unit's
+    write statement checks like those of rows it read -- a change by anyone in between (another process included)
+    writes nothing and runs the unit again in a transaction. What the unit read is cached after its writes."""
     batch = unit.batch
     if batch is not None:
         await batch.before_statement(unit, ("rollouts", "attempts"), False)
     optimistic = unit.optimistic
+    if optimistic and batch is not None:
+        entry = unit.backend.rollout_cache.get(rollout_id)
+        if entry is not None and (attempt_id is None or (entry[2] is not None and entry[2].attempt_id == attempt_id)):
+            rollout, version, latest, latest_version = entry
+            batch.guard(rollouts, (rollout_id,), version)
+            if latest is not None:
+                batch.guard(attempts, (rollout_id, latest.attempt_id), latest_version)
+            batch.seen[rollout_id] = list(entry)
+            batch.cached = True
+            return RolloutAttempts(rollout, latest, latest if attempt_id is not None else None)
     key = ("get_rollout_and_attempts", unit.for_update, optimistic)
     sql = _STATEMENTS.get(key)
     if sql is None:
@@ -793,5 +903,9 @@ async def get_rollout_and_attempts(
             continue
         if optimistic and batch is not None:
             batch.guard_rows(spec, [values])
-        found.append(spec.from_row(values))
+            found.append(spec.from_row(values[:-1]))
+        else:
+            found.append(spec.from_row(values))
+    if optimistic and batch is not None and found[0] is not None:
+        batch.seen[rollout_id] = [found[0], parts[0][-1], found[1], parts[1][-1] if found[1] is not None else None]
     return RolloutAttempts(found[0], found[1], found[2] if attempt_id is not None else None)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from sqlalchemy.exc import DBAPIError
 
-from .sql_batch import NO_GUARD, WriteBatch
+from .sql_batch import WriteBatch
 
 if TYPE_CHECKING:
     from .sql import SqlLightningCollections
@@ -233,7 +233,7 @@ class Unit:
     async def close(self, failed: bool) -> None:
         """Send the deferred writes, commit (or roll back when ``failed``), release the connection and the lock."""
         batch = self.batch
-        if batch is not None and not failed and (batch.ops or batch.latest is not NO_GUARD):
+        if batch is not None and not failed and (batch.ops or batch.cached):
             try:
                 await batch.flush(self)
             except BaseException:
