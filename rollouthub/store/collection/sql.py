@@ -45,7 +45,7 @@ from typing_extensions import Self
 
 from rollouthub.utils.metrics import MetricsBackend
 
-from . import sql_batch
+from . import sql_compound
 from .base import (
     AtomicLabels,
     AtomicMode,
@@ -57,6 +57,7 @@ from .base import (
     RolloutAttempts,
 )
 from .sql_batch import GuardConflict, NeedsTransaction
+from .sql_caches import QueueMirror
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_primitives import SqlCollection, SqlKeyValue, SqlQueue
 from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
@@ -122,24 +123,24 @@ class _UnitView(LightningCollections):
         return await callback(self)
 
     async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
-        """PostgreSQL: one statement (see :func:`.sql_batch.dequeue_rollouts`); SQLite: the primitives."""
+        """PostgreSQL: one statement (see :func:`.sql_compound.dequeue_rollouts`); SQLite: the primitives."""
         if self._unit.sqlite or limit <= 0:
             return await super().dequeue_rollouts(limit)
-        return await sql_batch.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
+        return await sql_compound.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
 
     async def latest_resources(self) -> Optional[Any]:
         """PostgreSQL optimistic units: cached and validated by the unit's write statement (see
-        :func:`.sql_batch.latest_resources`); otherwise the primitives."""
+        :func:`.sql_compound.latest_resources`); otherwise the primitives."""
         if self._unit.optimistic:
-            return await sql_batch.latest_resources(self._unit, self._backend.schema.specs["resources"])
+            return await sql_compound.latest_resources(self._unit, self._backend.schema.specs["resources"])
         return await super().latest_resources()
 
     async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
-        """PostgreSQL: one statement (see :func:`.sql_batch.get_rollout_and_attempts`); SQLite: the primitives."""
+        """PostgreSQL: one statement (see :func:`.sql_compound.get_rollout_and_attempts`); SQLite: the primitives."""
         if self._unit.sqlite:
             return await super().get_rollout_and_attempts(rollout_id, attempt_id)
         specs = self._backend.schema.specs
-        return await sql_batch.get_rollout_and_attempts(
+        return await sql_compound.get_rollout_and_attempts(
             self._unit, specs["rollouts"], specs["attempts"], rollout_id, attempt_id
         )
 
@@ -306,13 +307,15 @@ class SqlLightningCollections(LightningCollections):
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
         self.latest_resources_cache: Optional[Tuple[Any, Optional[str]]] = None
         """PostgreSQL: the latest resources snapshot and its version, as last read (see
-        :func:`.sql_batch.latest_resources`); ``None``: unknown."""
+        :func:`.sql_compound.latest_resources`); ``None``: unknown."""
         self.rollout_cache: Dict[str, List[Any]] = {}
         """PostgreSQL: ``rollout_id -> [rollout, its version, latest attempt or None, its version]`` as this process
-        last read or wrote them (see :func:`.sql_batch.get_rollout_and_attempts`)."""
+        last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
+        self.queue_mirror = QueueMirror()
+        """PostgreSQL: the queue entries this process appended (see :class:`.sql_caches.QueueMirror`)."""
         self.claiming: Set[int] = set()
         """PostgreSQL: the queue entries (``seq``) optimistic units of this process are claiming (see
-        :func:`.sql_batch.dequeue_rollouts`)."""
+        :func:`.sql_compound.dequeue_rollouts`)."""
         self._pessimistic_callbacks: Set[Any] = set()
         """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 

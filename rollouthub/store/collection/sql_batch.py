@@ -25,17 +25,16 @@ Both modes give the same guarantee: no row read by the unit changes between the 
 locks rows that were not read (phantoms): as before, a rule that depends on the absence of rows relies on a row that
 is read -- e.g. every new attempt also writes its rollout's row, which the attempt updates read.
 
-The compound reads of :class:`~.base.LightningCollections` are answered with one statement each
-(:func:`dequeue_rollouts`, :func:`get_rollout_and_attempts`).
+The compound reads of :class:`~.base.LightningCollections` are answered with one statement each, or from what the
+process remembers (:mod:`.sql_compound`, :mod:`.sql_caches`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from pydantic_core import from_json
-
-from .base import DuplicatedPrimaryKeyError, PoppedRollout, RolloutAttempts
+from .base import DuplicatedPrimaryKeyError
+from .sql_caches import CACHED_TABLES, cache_rollouts, merged
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -44,14 +43,15 @@ if TYPE_CHECKING:
 __all__ = [
     "NeedsTransaction",
     "NO_GUARD",
-    "latest_resources",
     "GuardConflict",
     "WriteBatch",
     "PendingResult",
     "PENDING",
-    "dequeue_rollouts",
-    "get_rollout_and_attempts",
     "PG_ARRAY",
+    "STATEMENTS",
+    "QUEUE",
+    "LATEST_RESOURCES_ORDER",
+    "quote",
 ]
 
 PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
@@ -80,7 +80,7 @@ class _CounterSpec(NamedTuple):
 
 
 _COUNTERS: Any = _CounterSpec("span_sequence_ids", ("key",))
-_QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
+QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
 
 
 class GuardConflict(Exception):
@@ -116,8 +116,12 @@ class PendingResult(Sequence[Any]):
 PENDING = PendingResult()
 
 
-def _q(name: str) -> str:
+def quote(name: str) -> str:
+    """A quoted identifier."""
     return f'"{name}"'
+
+
+_q = quote
 
 
 def _kind(spec: TableSpec, name: str) -> str:
@@ -291,12 +295,14 @@ class _Delete(_Op):
 
 
 class _Enqueue(_Op):
-    """Queue appends (all of a unit's, in call order: one op keeps their FIFO order)."""
+    """Queue appends (all of a unit's, in call order: one op keeps their FIFO order); reports their ``seq``s."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "seqs")
+    reports = True
 
     def __init__(self) -> None:
         self.values: List[str] = []
+        self.seqs: List[int] = []
         self.shape = ("q", False)
 
     def extend(self, values: Sequence[str]) -> None:
@@ -307,14 +313,17 @@ class _Enqueue(_Op):
     def cte(self, first: int, ok: str) -> str:
         where = f" WHERE {ok}" if ok else ""
         if self.shape[1]:
-            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where}"
+            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where} RETURNING seq"
         return (
             f"INSERT INTO rollout_queue (value) SELECT u.v FROM unnest(${first}::text[]) WITH ORDINALITY AS u(v, i)"
-            f"{where} ORDER BY u.i"
+            f"{where} ORDER BY u.i RETURNING seq"
         )
 
     def params(self) -> List[Any]:
         return [self.values[0] if len(self.values) == 1 else self.values]
+
+    def check(self, value: Any) -> None:
+        self.seqs = sorted(row[0] for row in value or ())  # assigned in insertion order
 
 
 class _RaiseTo(_Op):
@@ -400,14 +409,10 @@ class _Notify(_Op):
 
 NO_GUARD: Any = object()
 
-_LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
+LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
 """The order of ``resources.get(sort=update_time desc)`` (see :mod:`.sql_filters`), as the cache guard uses it."""
 
-_CACHED_TABLES = ("rollouts", "attempts")
-
-_ROLLOUT_CACHE_SIZE = 4096
-
-_STATEMENTS: Dict[Tuple[Any, ...], str] = {}
+STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 """Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""
 
 
@@ -427,6 +432,7 @@ class WriteBatch:
         "cached",
         "seen",
         "written",
+        "head",
     )
 
     def __init__(self) -> None:
@@ -448,6 +454,9 @@ class WriteBatch:
         :func:`get_rollout_and_attempts`): after the write statement they are cached with the unit's writes applied."""
         self.written: List[Tuple[str, TableSpec, List[Tuple[Any, ...]], List[Any]]] = []
         """The deferred writes of rollouts and attempts: ``(kind, spec, keys, rows)``."""
+        self.head: Optional[Tuple[int, List[int]]] = None
+        """A claim of the entry ``seq`` taken from the queue mirror: it must be the first of the queue but for the
+        entries ``seqs`` (other local claims): ``(seq, seqs)``."""
 
     # --- reads -------------------------------------------------------------------------------------------------
 
@@ -503,7 +512,7 @@ class WriteBatch:
         run it now (see :meth:`_claim_keys`)."""
         if not await self._claim_keys(unit, spec, keys):
             return False
-        if spec.name in _CACHED_TABLES:
+        if spec.name in CACHED_TABLES:
             self.written.append(("i", spec, keys, rows))
         self.ops.append(_Insert(spec, rows))
         return True
@@ -518,7 +527,7 @@ class WriteBatch:
         if unit.optimistic:
             for key in keys:
                 self.guard(spec, key, None)
-        if spec.name in _CACHED_TABLES:
+        if spec.name in CACHED_TABLES:
             self.written.append(("u", spec, keys, rows))
         self.ops.append(_Update(spec, names, keys, rows))
         return True
@@ -529,7 +538,7 @@ class WriteBatch:
         """Defer an upsert (existing rows get the columns ``names``); returns like :meth:`insert`."""
         if not await self._claim_keys(unit, spec, keys):
             return False
-        if spec.name in _CACHED_TABLES:
+        if spec.name in CACHED_TABLES:
             self.written.append(("s", spec, keys, rows))
         self.ops.append(_Upsert(spec, names, rows))
         return True
@@ -541,7 +550,7 @@ class WriteBatch:
         if unit.optimistic:
             for key in keys:
                 self.guard(spec, key, None)
-        if spec.name in _CACHED_TABLES:
+        if spec.name in CACHED_TABLES:
             self.written.append(("d", spec, keys, []))
         self.ops.append(_Delete(spec, keys))
         return True
@@ -574,9 +583,9 @@ class WriteBatch:
     async def pop(self, unit: Unit, seqs: Sequence[int]) -> None:
         """Defer deleting the queue entries ``seqs`` read by an optimistic claim (guarded: they must still exist)."""
         keys = [(seq,) for seq in seqs]
-        await self._claim_keys(unit, _QUEUE, keys)
+        await self._claim_keys(unit, QUEUE, keys)
         for key in keys:
-            self.guard(_QUEUE, key, None)
+            self.guard(QUEUE, key, None)
         if self._pop is None:
             self._pop = _Pop()
             self.ops.append(self._pop)
@@ -600,7 +609,8 @@ class WriteBatch:
             tuple((name, len(rows) == 1) for name, (_, rows) in guards.items()),
             tuple(op.shape for op in self.ops),
             latest is not NO_GUARD,
-            bool(self.seen),
+            self.head is not None,
+            self._versioned(),
         )
         params: List[Any] = []
         for spec, rows in guards.values():
@@ -610,14 +620,20 @@ class WriteBatch:
             params.append(len(rows))
         if latest is not NO_GUARD:
             params.append(latest)
+        if self.head is not None:
+            params.extend(self.head)
         for op in self.ops:
             params.extend(op.params())
-        sql = _STATEMENTS.get(shape)
+        sql = STATEMENTS.get(shape)
         if sql is None:
-            if len(_STATEMENTS) > 1024:
-                _STATEMENTS.clear()
-            sql = _STATEMENTS[shape] = self._build()
+            if len(STATEMENTS) > 1024:
+                STATEMENTS.clear()
+            sql = STATEMENTS[shape] = self._build()
         return sql, params
+
+    def _versioned(self) -> bool:
+        """Whether the statement reports the version of the rows it writes (to remember them: :mod:`.sql_caches`)."""
+        return bool(self.seen) or self._enqueue is not None
 
     def _build(self) -> str:
         parts: List[str] = []
@@ -638,7 +654,12 @@ class WriteBatch:
         if self.latest is not NO_GUARD:
             n += 1
             checks.append(
-                f"(SELECT xmin::text FROM resources {_LATEST_RESOURCES_ORDER}) IS NOT DISTINCT FROM ${n}::text"
+                f"(SELECT xmin::text FROM resources {LATEST_RESOURCES_ORDER}) IS NOT DISTINCT FROM ${n}::text"
+            )
+        if self.head is not None:
+            n += 2
+            checks.append(
+                f"NOT EXISTS (SELECT 1 FROM rollout_queue WHERE seq < ${n - 1}::int8 AND seq <> ALL(${n}::int8[]))"
             )
         ok = ""
         if checks:
@@ -650,7 +671,7 @@ class WriteBatch:
             n += len(op.params())
             if op.reports:
                 outputs.append(f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})")
-        if self.seen:  # the version of the rows written: the (32-bit) id of the statement's transaction
+        if self._versioned():  # the version of the rows written: the (32-bit) id of the statement's transaction
             outputs.append(f"CASE WHEN {ok or 'true'} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END")
         return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
 
@@ -661,7 +682,7 @@ class WriteBatch:
         if not self.ops and not self.cached:
             return
         ops = self.ops
-        seen, written = self.seen, self.written
+        seen, written, head, enqueue, pop = self.seen, self.written, self.head, self._enqueue, self._pop
         sql, params = self._statement()
         self.ops = []
         self.tables = set()
@@ -674,6 +695,7 @@ class WriteBatch:
         self.cached = False
         self.seen = {}
         self.written = []
+        self.head = None
         import asyncpg
 
         try:
@@ -683,229 +705,31 @@ class WriteBatch:
                 raise GuardConflict("a counter the unit creates was created concurrently") from None
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
         row = rows[0]
-        cache = unit.backend.rollout_cache
+        backend = unit.backend
+        cache = backend.rollout_cache
         if not row[0]:
             for rollout_id in seen:
                 cache.pop(rollout_id, None)
+            if head is not None:
+                backend.queue_mirror.trusted = False
             raise GuardConflict("a row read by the unit changed before its writes")
         reported = iter(row[1:])
         for op in ops:
             if op.reports:
                 op.check(next(reported))
+        if pop is not None:
+            backend.queue_mirror.discard(pop.seqs)
+        if enqueue is not None and unit.optimistic:  # committed: this process knows these entries
+            inserted = {
+                key[0]: values
+                for kind, table, keys, rows_written in written
+                if kind == "i" and table.name == "rollouts"
+                for key, values in zip(keys, rows_written, strict=True)
+            }
+            mirror = backend.queue_mirror
+            spec = backend.schema.specs["rollouts"]
+            for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):
+                found = inserted.get(value)
+                mirror.add(seq, [merged(spec, None, found), row[-1]] if found is not None else None)
         if seen:
-            _cache_rollouts(cache, seen, written, row[-1])
-
-
-def _merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
-    """The model stored after writing the column values ``row`` (driver values, as sent) over ``old`` (the stored
-    model; ``None``: a new row), decoded as a read would decode them."""
-    data = dict(old.__dict__) if old is not None else {}
-    kinds = spec.kinds
-    for name, value in row.items():
-        if value is not None and kinds[name] == "json":
-            value = from_json(value)
-        data[name] = value
-    return spec.model.__pydantic_validator__.validate_python(data)
-
-
-def _cache_rollouts(cache: Dict[str, List[Any]], seen: Dict[str, List[Any]], written: List[Any], version: str) -> None:
-    """After an optimistic unit's write statement succeeded: cache the rollouts it read (with their latest attempt)
-    as they are now -- the unit's writes applied, written rows at the statement's version (``version``). A write
-    this cannot follow (an upsert, a delete, a rollout insert, unknown columns) leaves the rollout uncached. The
-    latest attempt is the one with the highest ``sequence_id`` (the first inserted among equals), as
-    :func:`get_rollout_and_attempts` reads it."""
-    for kind, spec, keys, rows in written:
-        for key, row in zip(keys, rows or [None] * len(keys), strict=True):
-            entry = seen.get(key[0])
-            if entry is None:
-                continue
-            if kind in ("s", "d") or (spec.has_extra and row is not None and "extra" in row):
-                del seen[key[0]]
-            elif spec.name == "rollouts":
-                if kind == "i":
-                    del seen[key[0]]
-                else:
-                    entry[0] = _merged(spec, entry[0], row)
-                    entry[1] = version
-            elif kind == "i":
-                if entry[2] is None or row["sequence_id"] > entry[2].sequence_id:
-                    entry[2] = _merged(spec, None, row)
-                    entry[3] = version
-            elif entry[2] is not None and entry[2].attempt_id == key[1]:
-                entry[2] = _merged(spec, entry[2], row)
-                entry[3] = version
-    for rollout_id, entry in seen.items():
-        cache.pop(rollout_id, None)
-        cache[rollout_id] = entry
-    while len(cache) > _ROLLOUT_CACHE_SIZE:
-        del cache[next(iter(cache))]
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Compound reads
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _select_list(spec: TableSpec, alias: str = "") -> str:
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + _q(c) for c in spec.column_names)
-
-
-async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
-    """Pop up to ``limit`` ids (``FOR UPDATE SKIP LOCKED``: concurrent claimers never wait for each other), lock
-    their rollouts and count their attempts -- one statement, in a write transaction.
-
-    In an optimistic unit, a *claim read* instead (:func:`_claim_rollouts`): nothing is popped until the unit's
-    write statement, which deletes the entries under the guard that they (and the rollouts read) did not change."""
-    if unit.optimistic and unit.batch is not None:
-        return await _claim_rollouts(unit, unit.batch, rollouts, limit)
-    if unit.batch is not None:
-        await unit.batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), True)
-    key = ("dequeue_rollouts", limit == 1)
-    sql = _STATEMENTS.get(key)
-    if sql is None:
-        # LIMIT 1 (the usual claim) as a literal: PostgreSQL then keeps one generic plan instead of planning each time
-        sql = _STATEMENTS[key] = (
-            f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
-            f"{'1' if limit == 1 else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
-            f"r AS (SELECT {_select_list(rollouts)} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
-            "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
-            f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')} FROM p LEFT JOIN r ON r.rollout_id = p.value "
-            "ORDER BY p.seq"
-        )
-    out: List[PoppedRollout] = []
-    for row in await unit.fetch_sql(sql, [] if limit == 1 else [limit]):
-        rollout = rollouts.from_row(tuple(row)[3:]) if row[2] else None
-        out.append(PoppedRollout(row[0], rollout, int(row[1])))
-    return out
-
-
-async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
-    """The optimistic claim: read the head of the queue with the rollouts (and their versions) and attempt counts,
-    without locking or deleting anything (one statement, no transaction); the unit's write statement then deletes
-    the entries, guarded by their existence and the rollouts' versions. A concurrent claim of the same entry makes
-    one of the two write statements find its guard broken (nothing written): that unit runs again in a transaction.
-
-    Entries this process is claiming right now in other units are skipped (so that local claimers do not collide;
-    they are released when their unit ends): the head is read again, further, when they hid what was asked for."""
-    await batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), False)
-    claiming = unit.backend.claiming
-    while True:
-        read = limit + len(claiming)
-        key = ("claim_rollouts", read == 1)
-        sql = _STATEMENTS.get(key)
-        if sql is None:
-            sql = _STATEMENTS[key] = (
-                f"WITH p AS (SELECT seq, value FROM rollout_queue ORDER BY seq LIMIT {'1' if read == 1 else '$1'}) "
-                "SELECT p.seq, p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
-                f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')}, r.xmin::text "
-                "FROM p LEFT JOIN rollouts r ON r.rollout_id = p.value ORDER BY p.seq"
-            )
-        rows = await unit.fetch_sql(sql, [] if read == 1 else [read])
-        free = [row for row in rows if row[0] not in claiming]
-        if len(free) >= limit or len(rows) < read:
-            break  # enough, or the whole queue was read
-    out: List[PoppedRollout] = []
-    seqs: List[int] = []
-    for row in free[:limit]:
-        seq = row[0]
-        values = tuple(row)[4:]
-        rollout = None
-        if row[3]:
-            batch.guard_rows(rollouts, [values])
-            rollout = rollouts.from_row(values[:-1])
-            if row[2] == 0:  # no attempt yet: the claim's own attempt will be the latest
-                batch.seen[row[1]] = [rollout, values[-1], None, None]
-        out.append(PoppedRollout(row[1], rollout, int(row[2])))
-        seqs.append(seq)
-    if seqs:
-        claiming.update(seqs)
-        unit.claims = seqs
-        await batch.pop(unit, seqs)
-    return out
-
-
-async def latest_resources(unit: Unit, resources: TableSpec) -> Optional[Any]:
-    """The latest resources snapshot, in an optimistic unit: from the process' cache when it has one, else read
-    (with its version) and cached. Either way the unit's write statement only writes when the latest snapshot still
-    has that version (or there is still none), so an answer made stale by any process -- another store on the same
-    database included -- never reaches the database: the unit then runs again in a transaction, which reads it.
-    Local writes of resources drop the cache (:class:`~.sql_primitives.SqlCollection`), as does any guard conflict."""
-    batch = unit.batch
-    assert batch is not None and unit.optimistic
-    backend = unit.backend
-    cached = backend.latest_resources_cache
-    if cached is not None:
-        batch.cached = True
-    else:
-        await batch.before_statement(unit, ("resources",), False)
-        key = ("latest_resources",)
-        sql = _STATEMENTS.get(key)
-        if sql is None:
-            sql = _STATEMENTS[key] = (
-                f"SELECT {_select_list(resources)}, xmin::text FROM resources {_LATEST_RESOURCES_ORDER}"
-            )
-        rows = await unit.fetch_sql(sql, [])
-        cached = (resources.from_row(tuple(rows[0])[:-1]), rows[0][-1]) if rows else (None, None)
-        backend.latest_resources_cache = cached
-    batch.latest = cached[1]
-    return cached[0]
-
-
-async def get_rollout_and_attempts(
-    unit: Unit, rollouts: TableSpec, attempts: TableSpec, rollout_id: str, attempt_id: Optional[str]
-) -> RolloutAttempts:
-    """The rollout, its latest attempt and attempt ``attempt_id`` in one statement (locked in a transaction;
-    remembered with their versions in an optimistic unit).
-
-    An optimistic unit answers from the process' cache instead when it knows the rollout and its latest attempt (and
-    ``attempt_id`` is that one): what this process last read or wrote of them, with their versions, which the unit's
-    write statement checks like those of rows it read -- a change by anyone in between (another process included)
-    writes nothing and runs the unit again in a transaction. What the unit read is cached after its writes."""
-    batch = unit.batch
-    if batch is not None:
-        await batch.before_statement(unit, ("rollouts", "attempts"), False)
-    optimistic = unit.optimistic
-    if optimistic and batch is not None:
-        entry = unit.backend.rollout_cache.get(rollout_id)
-        if entry is not None and (attempt_id is None or (entry[2] is not None and entry[2].attempt_id == attempt_id)):
-            rollout, version, latest, latest_version = entry
-            batch.guard(rollouts, (rollout_id,), version)
-            if latest is not None:
-                batch.guard(attempts, (rollout_id, latest.attempt_id), latest_version)
-            batch.seen[rollout_id] = list(entry)
-            batch.cached = True
-            return RolloutAttempts(rollout, latest, latest if attempt_id is not None else None)
-    key = ("get_rollout_and_attempts", unit.for_update, optimistic)
-    sql = _STATEMENTS.get(key)
-    if sql is None:
-        lock = " FOR UPDATE" if unit.for_update else ""
-        version = ", xmin::text AS x" if optimistic else ""
-        rcols = _select_list(rollouts)
-        acols = _select_list(attempts)
-        sql = _STATEMENTS[key] = (
-            f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock}), "
-            f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
-            f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock}), "
-            f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock}) "
-            "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
-            "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
-        )
-    rows = await unit.fetch_sql(sql, [rollout_id, attempt_id])
-    row = tuple(rows[0])
-    width_r = len(rollouts.column_names) + (1 if optimistic else 0)
-    width_a = len(attempts.column_names) + (1 if optimistic else 0)
-    parts = (row[3 : 3 + width_r], row[3 + width_r : 3 + width_r + width_a], row[3 + width_r + width_a :])
-    found: List[Any] = []
-    for present, spec, values in zip(row[:3], (rollouts, attempts, attempts), parts, strict=True):
-        if not present:
-            found.append(None)
-            continue
-        if optimistic and batch is not None:
-            batch.guard_rows(spec, [values])
-            found.append(spec.from_row(values[:-1]))
-        else:
-            found.append(spec.from_row(values))
-    if optimistic and batch is not None and found[0] is not None:
-        batch.seen[rollout_id] = [found[0], parts[0][-1], found[1], parts[1][-1] if found[1] is not None else None]
-    return RolloutAttempts(found[0], found[1], found[2] if attempt_id is not None else None)
+            cache_rollouts(cache, seen, written, row[-1])
