@@ -15,6 +15,7 @@ is written never depends on them without that check.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, insort
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -72,7 +73,10 @@ def cache_rollouts(cache: Dict[str, List[Any]], seen: Dict[str, List[Any]], writ
         cache.pop(rollout_id, None)
         cache[rollout_id] = entry
     while len(cache) > _ROLLOUT_CACHE_SIZE:
-        del cache[next(iter(cache))]
+        try:
+            del cache[next(iter(cache))]
+        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread meanwhile
+            break
 
 
 class QueueMirror:
@@ -84,7 +88,7 @@ class QueueMirror:
     claims are taking), and its rollout's version. The mirror is *trusted* while claim reads find its first entry at
     the head of the queue: entries that other processes append before ours, or that others claim, make a guard fail
     (the claim then runs again in a transaction) and the mirror untrusted until a claim read finds it in sync
-    again (:meth:`saw_head`)."""
+    again (:meth:`saw_head`). Safe to use from several threads (a store may be)."""
 
     def __init__(self, limit: int = 4096) -> None:
         self.entries: Dict[int, Optional[List[Any]]] = {}
@@ -92,17 +96,23 @@ class QueueMirror:
         self.trusted = True
         self.limit = limit
         self.full = False  # entries were not recorded (over the limit): record none until the mirror is empty
+        self._lock = threading.Lock()
 
     def add(self, seq: int, entry: Optional[List[Any]]) -> None:
         """Record an entry this process appended (committed)."""
-        if self.full or len(self.entries) >= self.limit:
-            self.full = True
-            return
-        self.entries[seq] = entry
-        insort(self.order, seq)
+        with self._lock:
+            if self.full or len(self.entries) >= self.limit:
+                self.full = True
+                return
+            self.entries[seq] = entry
+            insort(self.order, seq)
 
     def discard(self, seqs: Iterable[int]) -> None:
         """Forget entries (claimed)."""
+        with self._lock:
+            self._discard(seqs)
+
+    def _discard(self, seqs: Iterable[int]) -> None:
         entries, order = self.entries, self.order
         for seq in seqs:
             if entries.pop(seq, False) is not False:
@@ -112,17 +122,19 @@ class QueueMirror:
 
     def head(self, claiming: Set[int]) -> Optional[Tuple[int, Optional[List[Any]]]]:
         """The first entry no local claim is taking (when the mirror is trusted), or ``None``."""
-        if not self.trusted:
+        with self._lock:
+            if not self.trusted:
+                return None
+            for seq in self.order:
+                if seq not in claiming:
+                    return seq, self.entries[seq]
             return None
-        for seq in self.order:
-            if seq not in claiming:
-                return seq, self.entries[seq]
-        return None
 
     def saw_head(self, head: Optional[int], claiming: Set[int]) -> None:
         """A claim read found ``head`` first in the queue among the entries no local claim is taking (``None``: no
         such entry): the mirror's entries before it are gone; the mirror is in sync when ``head`` is its next."""
-        gone = [seq for seq in self.order if (head is None or seq < head) and seq not in claiming]
-        if gone:
-            self.discard(gone)
-        self.trusted = head is None or head in self.entries
+        with self._lock:
+            gone = [seq for seq in self.order if (head is None or seq < head) and seq not in claiming]
+            if gone:
+                self._discard(gone)
+            self.trusted = head is None or head in self.entries

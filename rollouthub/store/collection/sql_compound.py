@@ -87,7 +87,7 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
             batch.cached = True
             batch.seen[rollout_id] = [rollout, version, None, None]
             claiming.add(seq)
-            unit.claims = [seq]
+            unit.claims = [*(unit.claims or ()), seq]
             await batch.pop(unit, [seq])
             return [PoppedRollout(rollout_id, rollout, 0)]
     while True:
@@ -122,7 +122,7 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
         seqs.append(seq)
     if seqs:
         claiming.update(seqs)
-        unit.claims = seqs
+        unit.claims = [*(unit.claims or ()), *seqs]
         await batch.pop(unit, seqs)
     return out
 
