@@ -34,8 +34,10 @@ _ROLLOUT_CACHE_SIZE = 4096
 def merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
     """The model stored after writing the column values ``row`` (driver values, as sent) over ``old`` (the stored
     model; ``None``: a new row), decoded as a read would decode them."""
-    data = dict(old.__dict__) if old is not None else {}
     kinds = spec.kinds
+    if old is not None and all(kinds[name] != "json" for name in row):
+        return old.model_copy(update=row)  # scalar columns: the values are the model's own (validated) ones
+    data = dict(old.__dict__) if old is not None else {}
     for name, value in row.items():
         if value is not None and kinds[name] == "json":
             value = from_json(value)
