@@ -18,7 +18,8 @@ Units of work (``atomic()`` / ``execute()``):
 * PostgreSQL ``execute(commit=True)`` units (the business logic's read-modify-write units) defer their writes into
   one statement and run optimistically first (reads without a transaction, the writes guarded by the versions of
   the rows read), falling back to the transaction above when a row changed or the unit needs a result mid-way:
-  see :mod:`.sql_batch`.
+  see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
+  remembers, checked by the write statement (:mod:`.sql_caches`).
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
 A unit is bound to the task that opened it: nested ``atomic()`` calls from the same task join it. Driver

@@ -1,4 +1,4 @@
-"""PostgreSQL: the writes of a commit unit sent as ONE statement, optimistic units, and the compound reads.
+"""PostgreSQL: the writes of a commit unit sent as ONE statement, and optimistic units.
 
 On PostgreSQL every statement -- ``BEGIN`` and ``COMMIT`` included -- is a client/server round trip, and the round
 trips, not the SQL work, dominate the cost of a store call (``docs/sql-backend.md`` has the counts). The business
@@ -17,9 +17,14 @@ logic's read-modify-write units (``execute(commit=True)``) therefore run like th
   trip per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. A counter bump reads the
   counter and writes ``value + n`` under the same guard (or creates the counter). When a row changed
   (:class:`GuardConflict`) the unit runs again, pessimistically. A unit that needs a result from the database in
-  the middle of its writes (popping the queue) raises :class:`NeedsTransaction` at that call, before anything was
-  written, and runs pessimistically from then on (remembered per callback): ``BEGIN``, reads locked with
-  ``FOR UPDATE``, the deferred writes in one statement, ``COMMIT``.
+  the middle of its writes (popping the queue with the ``Queue.dequeue`` primitive) raises
+  :class:`NeedsTransaction` at that call, before anything was written, and runs pessimistically from then on
+  (remembered per callback): ``BEGIN``, reads locked with ``FOR UPDATE``, the deferred writes in one statement,
+  ``COMMIT``. A claim (the compound ``dequeue_rollouts``) needs none: it reads the head of the queue and the write
+  statement deletes the entries under guards (:mod:`.sql_compound`).
+* **Checks of what the process remembers.** Besides rows read, the statement may check the latest resources
+  snapshot's version, that a claimed entry is the head of the queue, and report its transaction id (the version of
+  the rows it wrote): see :mod:`.sql_caches`.
 
 Both modes give the same guarantee: no row read by the unit changes between the read and the unit's writes. Neither
 locks rows that were not read (phantoms): as before, a rule that depends on the absence of rows relies on a row that
