@@ -15,6 +15,13 @@ of the database server processes serving this process is reported per operation 
     python benchmarks/store_inprocess.py --backend sqlite --only cycle --count-statements --show-statements 30
     ROLLOUTHUB_BENCH_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \\
         python benchmarks/store_inprocess.py --backend postgres
+    python benchmarks/store_inprocess.py --backend postgres --only cycle --runs 1 --count-statements \\
+        --compare-with /tmp/base --rounds 6
+
+``--compare-with DIR`` runs this script alternately on another checkout of rollouthub (``DIR`` on ``PYTHONPATH``,
+e.g. a ``git worktree add /tmp/base <commit>``; A) and on this one (B), ``--rounds`` times (the order flips every
+round; each run is a child process with the other options), and prints the median ops/s of both and their ratio:
+an A/B measured in one run, on one machine load.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import json
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -332,6 +340,72 @@ async def main_async(args: argparse.Namespace) -> Dict[str, Dict[str, Any]]:
     return report
 
 
+def compare_checkouts(args: argparse.Namespace, argv: List[str]) -> None:
+    """Run this script on the checkout ``args.compare_with`` (A) and on this one (B) alternately, ``args.rounds``
+    times, and print the medians of both per workload (ops/s, database CPU, statements)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkouts = {"A": os.path.abspath(args.compare_with), "B": here}
+    child_argv: List[str] = []
+    skip = False
+    for arg in argv:  # the same options, without --compare-with/--rounds/--json
+        if skip:
+            skip = False
+            continue
+        if arg in ("--compare-with", "--rounds", "--json"):
+            skip = True
+            continue
+        if arg.startswith(("--compare-with=", "--rounds=", "--json=")):
+            continue
+        child_argv.append(arg)
+    samples: Dict[str, Dict[str, List[Dict[str, Any]]]] = {"A": {}, "B": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_index in range(args.rounds):
+            for side in ("A", "B") if round_index % 2 == 0 else ("B", "A"):
+                out = os.path.join(tmp, f"{side}{round_index}.json")
+                env = dict(os.environ, PYTHONPATH=checkouts[side])
+                check = "import rollouthub, sys; sys.stdout.write(rollouthub.__file__)"
+                where = subprocess.run(
+                    [sys.executable, "-c", check], env=env, cwd=checkouts[side], capture_output=True, text=True
+                ).stdout
+                if not where.startswith(checkouts[side]):
+                    raise SystemExit(f"rollouthub of {side} imports from {where!r}, not from {checkouts[side]}")
+                subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), *child_argv, "--json", out],
+                    env=env,
+                    cwd=checkouts[side],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                with open(out) as fh:
+                    for name, row in json.load(fh)["results"].items():
+                        samples[side].setdefault(name, []).append(row)
+            print(
+                f"# round {round_index + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(f"\n# A = {checkouts['A']}, B = {checkouts['B']}; backend={args.backend} loop={args.loop}")
+    print(f"# medians over {args.rounds} rounds of the per-run medians (--runs {args.runs}); [min-max] of those")
+    print(
+        f"{'workload':32s} {'A ops/s':>20s} {'B ops/s':>20s} {'B/A':>6s} {'A db ms':>8s} {'B db ms':>8s}  statements A -> B"
+    )
+    for name, rows_a in samples["A"].items():
+        rows_b = samples["B"].get(name, [])
+        if not rows_b:
+            continue
+        med_a = [r["median"] for r in rows_a]
+        med_b = [r["median"] for r in rows_b]
+        a, b = statistics.median(med_a), statistics.median(med_b)
+        cell_a = f"{a:.0f} [{min(med_a):.0f}-{max(med_a):.0f}]"
+        cell_b = f"{b:.0f} [{min(med_b):.0f}-{max(med_b):.0f}]"
+        db_a = statistics.median(r["db_cpu_ms_per_op"] for r in rows_a)
+        db_b = statistics.median(r["db_cpu_ms_per_op"] for r in rows_b)
+        st_a = sum(rows_a[-1]["statements_per_op"].values())
+        st_b = sum(rows_b[-1]["statements_per_op"].values())
+        stm = f"{st_a:.2f} -> {st_b:.2f}" if rows_a[-1]["statements_per_op"] else ""
+        print(f"{name:32s} {cell_a:>20s} {cell_b:>20s} {b / a:6.2f} {db_a:8.3f} {db_b:8.3f}  {stm}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
@@ -367,7 +441,16 @@ def main() -> None:
         metavar="N",
         help="with --count-statements: print the first N statements of each workload's measured part",
     )
+    parser.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="A/B: run this script alternately on the rollouthub checkout DIR (A) and on this one (B), print medians",
+    )
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of --compare-with (default 6)")
     args = parser.parse_args()
+    if args.compare_with:
+        compare_checkouts(args, sys.argv[1:])
+        return
     global COUNTER
     if args.count_statements:
         COUNTER = StatementCounter()

@@ -18,11 +18,13 @@ LOWER = ("rollouthub.types", "rollouthub.store", "rollouthub.utils")
 UPPER = ("rollouthub.runner", "rollouthub.trainer", "rollouthub.algorithm", "rollouthub.llm_proxy")
 
 KNOWN_CYCLES = [
-    # The SQL backend's engine, primitives and write batches name the collections class (and each other's unit and
-    # batch types) in type annotations; at run time the collections module imports them, not the other way round.
+    # The SQL backend's engine, primitives, write batches and compound reads name the collections class (and each
+    # other's unit and batch types) in type annotations; at run time the collections module imports them, not the
+    # other way round.
     {
         "rollouthub.store.collection.sql",
         "rollouthub.store.collection.sql_batch",
+        "rollouthub.store.collection.sql_compound",
         "rollouthub.store.collection.sql_engine",
         "rollouthub.store.collection.sql_primitives",
     },

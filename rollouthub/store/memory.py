@@ -16,7 +16,7 @@ import logging
 import re
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from pydantic import BaseModel
 
@@ -304,6 +304,15 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
             return None
         async with self._read("resources") as c:
             return await c.resources.get(filter={"resources_id": {"exact": cached}})
+
+    async def _unlocked_get_latest_resources(self, c: Any) -> Optional[ResourcesUpdate]:
+        """Inside a unit: the remembered latest snapshot (see :meth:`_get_latest_resources`)."""
+        cached = self._latest_resources_id
+        if isinstance(cached, Unset):
+            return await super()._unlocked_get_latest_resources(c)
+        if cached is None:
+            return None
+        return cast(Optional[ResourcesUpdate], await c.resources.get(filter={"resources_id": {"exact": cached}}))
 
     # -- indexes maintained by the post-update hook ---------------------------------------------------------
     @tracked("_post_update_rollout_inmemory")

@@ -82,6 +82,40 @@ async def drain(store: SqlLightningStore, shared_rollout: str, shared_attempt: s
     emit(kind="done", claimed=claimed, sequence_ids=sequence_ids, batch_ids=batch_ids)
 
 
+async def claim_concurrently(store: SqlLightningStore, claimers: int) -> None:
+    """``claimers`` tasks claim rollouts concurrently until the queue is empty; print what each claimed."""
+    emit(kind="ready")
+
+    async def claimer(index: int) -> list[str]:
+        claimed: list[str] = []
+        while True:
+            rollout = await store.dequeue_rollout(worker_id=f"claimer-{index}")
+            if rollout is None:
+                return claimed
+            claimed.append(rollout.rollout_id)
+
+    results = await asyncio.gather(*(claimer(i) for i in range(claimers)))
+    emit(kind="done", claimed=[rid for result in results for rid in result])
+
+
+async def change_resources(store: SqlLightningStore, target: str) -> None:
+    """Add a resources snapshot (``target`` = ``-``) or update snapshot ``target``; print its id."""
+    if target == "-":
+        update = await store.add_resources({"model": {"resource_type": "llm", "endpoint": "http://a", "model": "m"}})
+    else:
+        update = await store.update_resources(
+            target, {"model": {"resource_type": "llm", "endpoint": "http://b", "model": "m"}}
+        )
+    emit(kind="resources", resources_id=update.resources_id)
+
+
+async def touch_rollout(store: SqlLightningStore, rollout_id: str, attempt_id: str) -> None:
+    """Change an attempt's metadata, then start a new attempt of its rollout; print the new attempt's id."""
+    await store.update_attempt(rollout_id, attempt_id, metadata={"child": True})
+    attempted = await store.start_attempt(rollout_id, worker_id="child")
+    emit(kind="touched", attempt_id=attempted.attempt.attempt_id)
+
+
 async def finish_later(store: SqlLightningStore, delay: float, rollout_ids: list[str]) -> None:
     """Finish each rollout after ``delay`` seconds, printing the commit time."""
     emit(kind="ready")
@@ -109,6 +143,12 @@ async def main(argv: list[str]) -> None:
             await load(store, float(args[0]))
         elif command == "drain":
             await drain(store, args[0], args[1], int(args[2]))
+        elif command == "claim":
+            await claim_concurrently(store, int(args[0]))
+        elif command == "resources":
+            await change_resources(store, args[0])
+        elif command == "touch":
+            await touch_rollout(store, args[0], args[1])
         elif command == "finish":
             await finish_later(store, float(args[0]), args[1:])
         elif command == "enqueue":

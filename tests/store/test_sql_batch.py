@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from rollouthub.store.collection.base import DuplicatedPrimaryKeyError
+from rollouthub.store.sql import SqlLightningStore
 from rollouthub.types import Rollout, Worker
 from tests.store.sql_backends import postgres_collections, postgres_store
 
@@ -48,8 +49,11 @@ async def _other_connection(collections_obj: Any) -> Any:
 
 
 async def test_hot_store_operations_round_trips() -> None:
-    """enqueue: 1 read + 1 write statement; dequeue: BEGIN, pop-and-read, writes, COMMIT; update_attempt: 1 read + 1
-    write (NOTIFY included) -- 8 per cycle (the base had 21). The watchdog's scan (one read) is kept out."""
+    """enqueue: 1 write statement (the latest resources are cached, checked by it); dequeue of a rollout this process
+    queued: 1 write statement (the queue entry is remembered, checked by it), without BEGIN/COMMIT; update_attempt of
+    the attempt this process just claimed: 1 write (its rollout and attempt are remembered, checked by it; NOTIFY
+    included) -- 3 per cycle (21 before the commit units, 8 before the caches). The watchdog's scan (one read) is
+    kept out."""
     async with postgres_store(scan_debounce_seconds=3600.0) as store:
         counts = _count_statements(store)
         per_op: Dict[str, int] = {}
@@ -62,17 +66,51 @@ async def test_hot_store_operations_round_trips() -> None:
                 result = await call()
                 await asyncio.sleep(0)  # query-log records are handed over with call_soon
                 per_op[name] = sum(counts.values())
+                assert "BEGIN" not in counts and "COMMIT" not in counts, (name, dict(counts))
             counts.clear()
             await store.update_attempt(result.rollout_id, result.attempt.attempt_id, status="succeeded")
             await asyncio.sleep(0)
             per_op["update_attempt"] = sum(counts.values())
             update_counts = dict(counts)
-        assert per_op == {"enqueue": 2, "dequeue": 4, "update_attempt": 2}, per_op
+        assert per_op == {"enqueue": 1, "dequeue": 1, "update_attempt": 1}, per_op
         assert "BEGIN" not in update_counts and "COMMIT" not in update_counts
         rollout = await store.get_rollout_by_id(result.rollout_id)
         assert rollout.status == "succeeded" and rollout.attempt.status == "succeeded"
         worker = await store.get_worker_by_id("w")
         assert worker is not None and worker.status == "idle"
+
+
+async def test_claims_stay_fifo_when_another_store_queues_entries() -> None:
+    """The queue mirror of a store knows only its own entries: an entry queued before them by another store (process)
+    is claimed first (the mirror's claim fails its head check and runs again in a transaction), entries another store
+    claimed are skipped, and every rollout is claimed once, with one attempt."""
+    async with postgres_store(scan_debounce_seconds=3600.0) as store:
+        backend = store.collections
+        other = SqlLightningStore(backend.url.render_as_string(hide_password=False), schema=backend.pg_schema)
+        try:
+            foreign = await other.enqueue_rollout({"who": "other"})
+            mine = [await store.enqueue_rollout({"who": "me", "i": i}) for i in range(3)]
+            taken = await other.dequeue_rollout()  # the other store claims the foreign entry ... and one of ours
+            assert taken is not None and taken.rollout_id == foreign.rollout_id
+            taken = await other.dequeue_rollout()
+            assert taken is not None and taken.rollout_id == mine[0].rollout_id
+            late = await other.enqueue_rollout({"who": "other", "late": True})
+            claimed = [await store.dequeue_rollout(worker_id="w") for _ in range(3)]
+            assert [c.rollout_id for c in claimed if c is not None] == [
+                mine[1].rollout_id,
+                mine[2].rollout_id,
+                late.rollout_id,
+            ]
+            assert await store.dequeue_rollout() is None
+            first = await other.enqueue_rollout({"who": "other", "first": True})
+            second = await store.enqueue_rollout({"who": "me", "second": True})
+            assert (await store.dequeue_rollout()).rollout_id == first.rollout_id  # type: ignore[union-attr]
+            assert (await store.dequeue_rollout()).rollout_id == second.rollout_id  # type: ignore[union-attr]
+            for rollout in [*mine, late, first, second]:
+                attempts = await store.query_attempts(rollout.rollout_id)
+                assert [a.sequence_id for a in attempts] == [1]
+        finally:
+            await other.close()
 
 
 async def test_optimistic_unit_reruns_when_a_row_it_read_changed() -> None:

@@ -176,6 +176,108 @@ async def test_processes_claim_each_rollout_once_and_share_sequence_ids(target: 
         await store.close()
 
 
+async def test_concurrent_claimers_in_several_processes_claim_each_rollout_once(target: tuple[str, str]) -> None:
+    """Claimers racing within a process and across processes (on PostgreSQL: optimistic claims that lose a race
+    run again in a transaction) claim every rollout exactly once, with exactly one attempt each."""
+    url, schema = target
+    store = open_target_store(url, schema, scan_debounce_seconds=3600.0)
+    try:
+        created = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(150)])
+        children = [await Child.start("claim", url, schema, "4") for _ in range(3)]
+        try:
+            for child in children:
+                await child.read_until("ready")
+            results = [await child.read_until("done", timeout=180) for child in children]
+            for child in children:
+                await child.finish()
+        finally:
+            for child in children:
+                await child.kill()
+        claims = [rid for result in results for rid in result["claimed"]]
+        assert len(claims) == len(set(claims)), "a rollout was claimed twice"
+        assert set(claims) == {r.rollout_id for r in created}, "a rollout was never claimed"
+        for rollout_id in claims:
+            attempts = await store.query_attempts(rollout_id)
+            assert [a.sequence_id for a in attempts] == [1], f"{rollout_id} has attempts {attempts}"
+        assert await store.dequeue_rollout() is None
+    finally:
+        await store.close()
+
+
+async def test_enqueue_uses_the_latest_resources_written_by_another_process(target: tuple[str, str]) -> None:
+    """An enqueue takes the latest resources snapshot even when another process wrote it after this process last
+    looked (PostgreSQL keeps the latest snapshot cached and checks it in the enqueue's write statement)."""
+    url, schema = target
+    store = open_target_store(url, schema, scan_debounce_seconds=3600.0)
+
+    async def in_child(change: str) -> str:
+        child = await Child.start("resources", url, schema, change)
+        try:
+            result = await child.read_until("resources")
+            await child.finish()
+        finally:
+            await child.kill()
+        return str(result["resources_id"])
+
+    async def enqueued_with() -> str | None:
+        rollout = await store.enqueue_rollout({"x": 1})
+        stored = await store.get_rollout_by_id(rollout.rollout_id)
+        assert stored is not None and stored.resources_id == rollout.resources_id
+        return rollout.resources_id
+
+    try:
+        assert await enqueued_with() is None
+        first = await in_child("-")
+        assert await enqueued_with() == first
+        assert await enqueued_with() == first
+        second = await in_child("-")
+        assert await enqueued_with() == second
+        assert await in_child(first) == first  # updating the first snapshot makes it the latest again
+        assert await enqueued_with() == first
+        started = await store.start_rollout({"x": 2})
+        assert started.resources_id == first
+        local = await store.add_resources({"m": {"resource_type": "llm", "endpoint": "http://c", "model": "m"}})
+        assert await enqueued_with() == local.resources_id
+    finally:
+        await store.close()
+
+
+async def test_attempt_updates_see_what_another_process_wrote(target: tuple[str, str]) -> None:
+    """This process' updates of an attempt it claimed and updated before (on PostgreSQL answered from what the
+    process remembers, checked by the write) see the changes another process made in between: its metadata change
+    and the new attempt it started (which is then the latest)."""
+    url, schema = target
+    store = open_target_store(url, schema, scan_debounce_seconds=3600.0)
+    try:
+        await store.enqueue_rollout({"x": 1})
+        claimed = await store.dequeue_rollout(worker_id="parent")
+        assert claimed is not None
+        rollout_id, first = claimed.rollout_id, claimed.attempt.attempt_id
+        running = await store.update_attempt(rollout_id, first, status="running")
+        assert running.status == "running"
+        beat = await store.update_attempt(rollout_id, "latest", last_heartbeat_time=123.0)
+        assert beat.attempt_id == first and beat.status == "running"
+        child = await Child.start("touch", url, schema, rollout_id, first)
+        try:
+            touched = await child.read_until("touched")
+            await child.finish()
+        finally:
+            await child.kill()
+        again = await store.update_attempt(rollout_id, first, last_heartbeat_time=124.0)
+        assert again.metadata == {"child": True} and again.last_heartbeat_time == 124.0
+        latest = await store.update_attempt(rollout_id, "latest", status="running")
+        assert latest.attempt_id == touched["attempt_id"] and latest.sequence_id == 2
+        done = await store.update_attempt(rollout_id, "latest", status="succeeded")
+        assert done.attempt_id == touched["attempt_id"]
+        rollout = await store.get_rollout_by_id(rollout_id)
+        assert rollout is not None and rollout.status == "succeeded"
+        stored = {a.attempt_id: a for a in await store.query_attempts(rollout_id)}
+        assert stored[first].metadata == {"child": True} and stored[first].last_heartbeat_time == 124.0
+        assert stored[touched["attempt_id"]].status == "succeeded"
+    finally:
+        await store.close()
+
+
 async def test_wait_for_rollouts_sees_other_processes_within_250ms(target: tuple[str, str]) -> None:
     url, schema = target
     store = open_target_store(url, schema, scan_debounce_seconds=3600.0)

@@ -496,6 +496,7 @@ class RolloutAttempts(NamedTuple):
 
 
 _LATEST_ATTEMPT_FIRST: SortOptions = {"name": "sequence_id", "order": "desc"}
+_LATEST_RESOURCES_FIRST: SortOptions = {"name": "update_time", "order": "desc"}
 
 
 class LightningCollections(TrackedCollection):
@@ -503,7 +504,8 @@ class LightningCollections(TrackedCollection):
 
     Besides the primitives, two *compound* operations read what the business logic needs at once (defaults here,
     written with the primitives; a backend may answer them with one statement -- PostgreSQL does, see
-    ``docs/sql-backend.md``): :meth:`dequeue_rollouts` and :meth:`get_rollout_and_attempts`.
+    ``docs/sql-backend.md``): :meth:`dequeue_rollouts`, :meth:`get_rollout_and_attempts` and
+    :meth:`latest_resources`.
     """
 
     def __init__(self, tracker: Optional[MetricsBackend] = None, extra_labels: Optional[Sequence[str]] = None) -> None:
@@ -572,6 +574,12 @@ class LightningCollections(TrackedCollection):
                 ).total
             out.append(PoppedRollout(rollout_id, rollout, count))
         return out
+
+    async def latest_resources(self) -> Optional[Any]:
+        """Compound: the resource snapshot with the greatest ``update_time`` (``None`` when there is none). Inside a
+        write unit a backend may answer from a cache, provided the unit's writes only happen if the answer is still
+        right (PostgreSQL validates it in the unit's write statement)."""
+        return await self.resources.get(sort=_LATEST_RESOURCES_FIRST)
 
     async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
         """Compound: a rollout, its latest attempt (highest ``sequence_id``) and the attempt ``attempt_id`` (when

@@ -18,7 +18,8 @@ Units of work (``atomic()`` / ``execute()``):
 * PostgreSQL ``execute(commit=True)`` units (the business logic's read-modify-write units) defer their writes into
   one statement and run optimistically first (reads without a transaction, the writes guarded by the versions of
   the rows read), falling back to the transaction above when a row changed or the unit needs a result mid-way:
-  see :mod:`.sql_batch`.
+  see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
+  remembers, checked by the write statement (:mod:`.sql_caches`).
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
 A unit is bound to the task that opened it: nested ``atomic()`` calls from the same task join it. Driver
@@ -45,7 +46,7 @@ from typing_extensions import Self
 
 from rollouthub.utils.metrics import MetricsBackend
 
-from . import sql_batch
+from . import sql_compound
 from .base import (
     AtomicLabels,
     AtomicMode,
@@ -57,6 +58,7 @@ from .base import (
     RolloutAttempts,
 )
 from .sql_batch import GuardConflict, NeedsTransaction
+from .sql_caches import QueueMirror
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_primitives import SqlCollection, SqlKeyValue, SqlQueue
 from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
@@ -122,17 +124,24 @@ class _UnitView(LightningCollections):
         return await callback(self)
 
     async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
-        """PostgreSQL: one statement (see :func:`.sql_batch.dequeue_rollouts`); SQLite: the primitives."""
+        """PostgreSQL: one statement (see :func:`.sql_compound.dequeue_rollouts`); SQLite: the primitives."""
         if self._unit.sqlite or limit <= 0:
             return await super().dequeue_rollouts(limit)
-        return await sql_batch.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
+        return await sql_compound.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
+
+    async def latest_resources(self) -> Optional[Any]:
+        """PostgreSQL optimistic units: cached and validated by the unit's write statement (see
+        :func:`.sql_compound.latest_resources`); otherwise the primitives."""
+        if self._unit.optimistic:
+            return await sql_compound.latest_resources(self._unit, self._backend.schema.specs["resources"])
+        return await super().latest_resources()
 
     async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
-        """PostgreSQL: one statement (see :func:`.sql_batch.get_rollout_and_attempts`); SQLite: the primitives."""
+        """PostgreSQL: one statement (see :func:`.sql_compound.get_rollout_and_attempts`); SQLite: the primitives."""
         if self._unit.sqlite:
             return await super().get_rollout_and_attempts(rollout_id, attempt_id)
         specs = self._backend.schema.specs
-        return await sql_batch.get_rollout_and_attempts(
+        return await sql_compound.get_rollout_and_attempts(
             self._unit, specs["rollouts"], specs["attempts"], rollout_id, attempt_id
         )
 
@@ -297,6 +306,17 @@ class SqlLightningCollections(LightningCollections):
         self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
         self._unbound: Optional[Dict[str, Any]] = None
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
+        self.latest_resources_cache: Optional[Tuple[Any, Optional[str]]] = None
+        """PostgreSQL: the latest resources snapshot and its version, as last read (see
+        :func:`.sql_compound.latest_resources`); ``None``: unknown."""
+        self.rollout_cache: Dict[str, List[Any]] = {}
+        """PostgreSQL: ``rollout_id -> [rollout, its version, latest attempt or None, its version]`` as this process
+        last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
+        self.queue_mirror = QueueMirror()
+        """PostgreSQL: the queue entries this process appended (see :class:`.sql_caches.QueueMirror`)."""
+        self.claiming: Set[int] = set()
+        """PostgreSQL: the queue entries (``seq``) optimistic units of this process are claiming (see
+        :func:`.sql_compound.dequeue_rollouts`)."""
         self._pessimistic_callbacks: Set[Any] = set()
         """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 
@@ -520,6 +540,7 @@ class SqlLightningCollections(LightningCollections):
                 continue
             except GuardConflict:
                 optimistic = False  # the rows are contended: lock them this time
+                self.latest_resources_cache = None  # it may be what changed
                 continue
             except Exception as exc:
                 if not is_transient_error(exc) or time.monotonic() + delay > deadline:

@@ -1,4 +1,4 @@
-"""PostgreSQL: the writes of a commit unit sent as ONE statement, optimistic units, and the compound reads.
+"""PostgreSQL: the writes of a commit unit sent as ONE statement, and optimistic units.
 
 On PostgreSQL every statement -- ``BEGIN`` and ``COMMIT`` included -- is a client/server round trip, and the round
 trips, not the SQL work, dominate the cost of a store call (``docs/sql-backend.md`` has the counts). The business
@@ -17,23 +17,29 @@ logic's read-modify-write units (``execute(commit=True)``) therefore run like th
   trip per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. A counter bump reads the
   counter and writes ``value + n`` under the same guard (or creates the counter). When a row changed
   (:class:`GuardConflict`) the unit runs again, pessimistically. A unit that needs a result from the database in
-  the middle of its writes (popping the queue) raises :class:`NeedsTransaction` at that call, before anything was
-  written, and runs pessimistically from then on (remembered per callback): ``BEGIN``, reads locked with
-  ``FOR UPDATE``, the deferred writes in one statement, ``COMMIT``.
+  the middle of its writes (popping the queue with the ``Queue.dequeue`` primitive) raises
+  :class:`NeedsTransaction` at that call, before anything was written, and runs pessimistically from then on
+  (remembered per callback): ``BEGIN``, reads locked with ``FOR UPDATE``, the deferred writes in one statement,
+  ``COMMIT``. A claim (the compound ``dequeue_rollouts``) needs none: it reads the head of the queue and the write
+  statement deletes the entries under guards (:mod:`.sql_compound`).
+* **Checks of what the process remembers.** Besides rows read, the statement may check the latest resources
+  snapshot's version, that a claimed entry is the head of the queue, and report its transaction id (the version of
+  the rows it wrote): see :mod:`.sql_caches`.
 
 Both modes give the same guarantee: no row read by the unit changes between the read and the unit's writes. Neither
 locks rows that were not read (phantoms): as before, a rule that depends on the absence of rows relies on a row that
 is read -- e.g. every new attempt also writes its rollout's row, which the attempt updates read.
 
-The compound reads of :class:`~.base.LightningCollections` are answered with one statement each
-(:func:`dequeue_rollouts`, :func:`get_rollout_and_attempts`).
+The compound reads of :class:`~.base.LightningCollections` are answered with one statement each, or from what the
+process remembers (:mod:`.sql_compound`, :mod:`.sql_caches`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from .base import DuplicatedPrimaryKeyError, PoppedRollout, RolloutAttempts
+from .base import DuplicatedPrimaryKeyError
+from .sql_caches import CACHED_TABLES, cache_rollouts, merged
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -41,13 +47,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NeedsTransaction",
+    "NO_GUARD",
     "GuardConflict",
     "WriteBatch",
     "PendingResult",
     "PENDING",
-    "dequeue_rollouts",
-    "get_rollout_and_attempts",
     "PG_ARRAY",
+    "STATEMENTS",
+    "QUEUE",
+    "LATEST_RESOURCES_ORDER",
+    "quote",
 ]
 
 PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
@@ -67,13 +76,16 @@ class NeedsTransaction(BaseException):
 
 
 class _CounterSpec(NamedTuple):
-    """The key-value table as guards and row claims see it (name and primary key)."""
+    """A table that is not a collection (the key-value table, the queue) as guards and row claims see it: name,
+    primary key and the kinds of its columns."""
 
     name: str
     primary_keys: Tuple[str, ...]
+    key_kinds: Tuple[str, ...] = ("str",)
 
 
 _COUNTERS: Any = _CounterSpec("span_sequence_ids", ("key",))
+QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
 
 
 class GuardConflict(Exception):
@@ -109,8 +121,12 @@ class PendingResult(Sequence[Any]):
 PENDING = PendingResult()
 
 
-def _q(name: str) -> str:
+def quote(name: str) -> str:
+    """A quoted identifier."""
     return f'"{name}"'
+
+
+_q = quote
 
 
 def _kind(spec: TableSpec, name: str) -> str:
@@ -284,12 +300,14 @@ class _Delete(_Op):
 
 
 class _Enqueue(_Op):
-    """Queue appends (all of a unit's, in call order: one op keeps their FIFO order)."""
+    """Queue appends (all of a unit's, in call order: one op keeps their FIFO order); reports their ``seq``s."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "seqs")
+    reports = True
 
     def __init__(self) -> None:
         self.values: List[str] = []
+        self.seqs: List[int] = []
         self.shape = ("q", False)
 
     def extend(self, values: Sequence[str]) -> None:
@@ -300,14 +318,17 @@ class _Enqueue(_Op):
     def cte(self, first: int, ok: str) -> str:
         where = f" WHERE {ok}" if ok else ""
         if self.shape[1]:
-            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where}"
+            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where} RETURNING seq"
         return (
             f"INSERT INTO rollout_queue (value) SELECT u.v FROM unnest(${first}::text[]) WITH ORDINALITY AS u(v, i)"
-            f"{where} ORDER BY u.i"
+            f"{where} ORDER BY u.i RETURNING seq"
         )
 
     def params(self) -> List[Any]:
         return [self.values[0] if len(self.values) == 1 else self.values]
+
+    def check(self, value: Any) -> None:
+        self.seqs = sorted(row[0] for row in value or ())  # assigned in insertion order
 
 
 class _RaiseTo(_Op):
@@ -353,6 +374,24 @@ class _SetCounter(_Op):
         return [self.key, self.value]
 
 
+class _Pop(_Op):
+    """The queue entries an optimistic claim read (:func:`dequeue_rollouts`), deleted under the guard that they are
+    still there (the guard locks them: a concurrent claimer of the same entry waits, then finds it gone)."""
+
+    __slots__ = ("seqs",)
+
+    def __init__(self) -> None:
+        self.shape = ("p",)
+        self.seqs: List[int] = []
+
+    def cte(self, first: int, ok: str) -> str:
+        cond = f" AND {ok}" if ok else ""
+        return f"DELETE FROM rollout_queue WHERE seq = ANY(${first}::int8[]){cond}"
+
+    def params(self) -> List[Any]:
+        return [self.seqs]
+
+
 class _Notify(_Op):
     """``pg_notify`` on one channel (delivered by PostgreSQL when the statement's transaction commits)."""
 
@@ -373,14 +412,33 @@ class _Notify(_Op):
         return [self.channel, payload if len(payload) <= _NOTIFY_PAYLOAD_LIMIT else ""]  # too long: wake everybody
 
 
-_STATEMENTS: Dict[Tuple[Any, ...], str] = {}
+NO_GUARD: Any = object()
+
+LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
+"""The order of ``resources.get(sort=update_time desc)`` (see :mod:`.sql_filters`), as the cache guard uses it."""
+
+STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 """Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""
 
 
 class WriteBatch:
     """The deferred writes and (optimistic units) the versions of the rows read, of one PostgreSQL commit unit."""
 
-    __slots__ = ("ops", "tables", "touched", "guards", "_enqueue", "_raise", "_notify")
+    __slots__ = (
+        "ops",
+        "tables",
+        "touched",
+        "guards",
+        "_enqueue",
+        "_raise",
+        "_notify",
+        "_pop",
+        "latest",
+        "cached",
+        "seen",
+        "written",
+        "head",
+    )
 
     def __init__(self) -> None:
         self.ops: List[_Op] = []
@@ -390,6 +448,20 @@ class WriteBatch:
         self._enqueue: Optional[_Enqueue] = None
         self._raise: Optional[_RaiseTo] = None
         self._notify: Dict[str, _Notify] = {}
+        self._pop: Optional[_Pop] = None
+        self.latest: Any = NO_GUARD
+        """The version (``xmin``) of the latest resources snapshot the unit used (``None``: there was none), checked
+        by the write statement (:func:`latest_resources`); ``NO_GUARD`` when the unit did not use it."""
+        self.cached = False
+        """Whether the unit used an answer from a cache: its statement is sent even without writes, to check it."""
+        self.seen: Dict[str, List[Any]] = {}
+        """Optimistic units: the rollouts (with their latest attempt) read, as cache entries (see
+        :func:`get_rollout_and_attempts`): after the write statement they are cached with the unit's writes applied."""
+        self.written: List[Tuple[str, TableSpec, List[Tuple[Any, ...]], List[Any]]] = []
+        """The deferred writes of rollouts and attempts: ``(kind, spec, keys, rows)``."""
+        self.head: Optional[Tuple[int, List[int]]] = None
+        """A claim of the entry ``seq`` taken from the queue mirror: it must be the first of the queue but for the
+        entries ``seqs`` (other local claims): ``(seq, seqs)``."""
 
     # --- reads -------------------------------------------------------------------------------------------------
 
@@ -445,6 +517,8 @@ class WriteBatch:
         run it now (see :meth:`_claim_keys`)."""
         if not await self._claim_keys(unit, spec, keys):
             return False
+        if spec.name in CACHED_TABLES:
+            self.written.append(("i", spec, keys, rows))
         self.ops.append(_Insert(spec, rows))
         return True
 
@@ -458,6 +532,8 @@ class WriteBatch:
         if unit.optimistic:
             for key in keys:
                 self.guard(spec, key, None)
+        if spec.name in CACHED_TABLES:
+            self.written.append(("u", spec, keys, rows))
         self.ops.append(_Update(spec, names, keys, rows))
         return True
 
@@ -467,6 +543,8 @@ class WriteBatch:
         """Defer an upsert (existing rows get the columns ``names``); returns like :meth:`insert`."""
         if not await self._claim_keys(unit, spec, keys):
             return False
+        if spec.name in CACHED_TABLES:
+            self.written.append(("s", spec, keys, rows))
         self.ops.append(_Upsert(spec, names, rows))
         return True
 
@@ -477,6 +555,8 @@ class WriteBatch:
         if unit.optimistic:
             for key in keys:
                 self.guard(spec, key, None)
+        if spec.name in CACHED_TABLES:
+            self.written.append(("d", spec, keys, []))
         self.ops.append(_Delete(spec, keys))
         return True
 
@@ -505,6 +585,17 @@ class WriteBatch:
             self.guard(_COUNTERS, (key,), version)
         self.ops.append(_SetCounter(key, value, version is None))
 
+    async def pop(self, unit: Unit, seqs: Sequence[int]) -> None:
+        """Defer deleting the queue entries ``seqs`` read by an optimistic claim (guarded: they must still exist)."""
+        keys = [(seq,) for seq in seqs]
+        await self._claim_keys(unit, QUEUE, keys)
+        for key in keys:
+            self.guard(QUEUE, key, None)
+        if self._pop is None:
+            self._pop = _Pop()
+            self.ops.append(self._pop)
+        self._pop.seqs.extend(seqs)
+
     def notify(self, channel: str, payload: str) -> None:
         """Defer a ``NOTIFY`` (payloads of one channel are joined with commas)."""
         op = self._notify.get(channel)
@@ -518,9 +609,13 @@ class WriteBatch:
     def _statement(self) -> Tuple[str, List[Any]]:
         """The statement sending the pending writes (its text is built once per shape), and its parameters."""
         guards = self.guards
+        latest = self.latest
         shape = (
             tuple((name, len(rows) == 1) for name, (_, rows) in guards.items()),
             tuple(op.shape for op in self.ops),
+            latest is not NO_GUARD,
+            self.head is not None,
+            self._versioned(),
         )
         params: List[Any] = []
         for spec, rows in guards.values():
@@ -528,14 +623,22 @@ class WriteBatch:
             columns.append(list(rows.values()))
             params.extend(_source_params(columns, len(rows) == 1))
             params.append(len(rows))
+        if latest is not NO_GUARD:
+            params.append(latest)
+        if self.head is not None:
+            params.extend(self.head)
         for op in self.ops:
             params.extend(op.params())
-        sql = _STATEMENTS.get(shape)
+        sql = STATEMENTS.get(shape)
         if sql is None:
-            if len(_STATEMENTS) > 1024:
-                _STATEMENTS.clear()
-            sql = _STATEMENTS[shape] = self._build()
+            if len(STATEMENTS) > 1024:
+                STATEMENTS.clear()
+            sql = STATEMENTS[shape] = self._build()
         return sql, params
+
+    def _versioned(self) -> bool:
+        """Whether the statement reports the version of the rows it writes (to remember them: :mod:`.sql_caches`)."""
+        return bool(self.seen) or self._enqueue is not None
 
     def _build(self) -> str:
         parts: List[str] = []
@@ -544,7 +647,8 @@ class WriteBatch:
         for spec, rows in self.guards.values():
             pks = spec.primary_keys
             keys = [f"k{i}" for i in range(len(pks))]
-            source = _source(n + 1, [*keys, "x"], ["str"] * (len(pks) + 1), len(rows) == 1)
+            key_kinds = list(getattr(spec, "key_kinds", None) or ["str"] * len(pks))
+            source = _source(n + 1, [*keys, "x"], [*key_kinds, "str"], len(rows) == 1)
             join = " AND ".join(f"t.{_q(pk)} = v.{_q(k)}" for pk, k in zip(pks, keys, strict=True))
             parts.append(
                 f"g_{spec.name} AS (SELECT 1 FROM {_q(spec.name)} AS t JOIN {source} "
@@ -552,6 +656,16 @@ class WriteBatch:
             )
             n += len(pks) + 2
             checks.append(f"(SELECT count(*) FROM g_{spec.name}) = ${n}")
+        if self.latest is not NO_GUARD:
+            n += 1
+            checks.append(
+                f"(SELECT xmin::text FROM resources {LATEST_RESOURCES_ORDER}) IS NOT DISTINCT FROM ${n}::text"
+            )
+        if self.head is not None:
+            n += 2
+            checks.append(
+                f"NOT EXISTS (SELECT 1 FROM rollout_queue WHERE seq < ${n - 1}::int8 AND seq <> ALL(${n}::int8[]))"
+            )
         ok = ""
         if checks:
             parts.append(f"ok AS (SELECT {' AND '.join(checks)} AS ok)")
@@ -562,14 +676,18 @@ class WriteBatch:
             n += len(op.params())
             if op.reports:
                 outputs.append(f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})")
+        if self._versioned():  # the version of the rows written: the (32-bit) id of the statement's transaction
+            outputs.append(f"CASE WHEN {ok or 'true'} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END")
         return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
 
     async def flush(self, unit: Unit) -> None:
         """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.
-        Raises :class:`GuardConflict` (nothing written) when a guarded row changed."""
-        if not self.ops:
+        Raises :class:`GuardConflict` (nothing written) when a guarded row changed. A unit that used a cached answer
+        (:func:`latest_resources`) sends the statement even without writes, to check it."""
+        if not self.ops and not self.cached:
             return
         ops = self.ops
+        seen, written, head, enqueue, pop = self.seen, self.written, self.head, self._enqueue, self._pop
         sql, params = self._statement()
         self.ops = []
         self.tables = set()
@@ -577,6 +695,12 @@ class WriteBatch:
         self.guards = {}
         self._enqueue = self._raise = None
         self._notify = {}
+        self._pop = None
+        self.latest = NO_GUARD
+        self.cached = False
+        self.seen = {}
+        self.written = []
+        self.head = None
         import asyncpg
 
         try:
@@ -586,83 +710,31 @@ class WriteBatch:
                 raise GuardConflict("a counter the unit creates was created concurrently") from None
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
         row = rows[0]
+        backend = unit.backend
+        cache = backend.rollout_cache
         if not row[0]:
+            for rollout_id in seen:
+                cache.pop(rollout_id, None)
+            if head is not None:
+                backend.queue_mirror.trusted = False
             raise GuardConflict("a row read by the unit changed before its writes")
         reported = iter(row[1:])
         for op in ops:
             if op.reports:
                 op.check(next(reported))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Compound reads
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _select_list(spec: TableSpec, alias: str = "") -> str:
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + _q(c) for c in spec.column_names)
-
-
-async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
-    """Pop up to ``limit`` ids (``FOR UPDATE SKIP LOCKED``: concurrent claimers never wait for each other), lock
-    their rollouts and count their attempts -- one statement, in a write transaction."""
-    if unit.batch is not None:
-        await unit.batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), True)
-    key = ("dequeue_rollouts", limit == 1)
-    sql = _STATEMENTS.get(key)
-    if sql is None:
-        # LIMIT 1 (the usual claim) as a literal: PostgreSQL then keeps one generic plan instead of planning each time
-        sql = _STATEMENTS[key] = (
-            f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
-            f"{'1' if limit == 1 else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
-            f"r AS (SELECT {_select_list(rollouts)} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
-            "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
-            f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')} FROM p LEFT JOIN r ON r.rollout_id = p.value "
-            "ORDER BY p.seq"
-        )
-    out: List[PoppedRollout] = []
-    for row in await unit.fetch_sql(sql, [] if limit == 1 else [limit]):
-        rollout = rollouts.from_row(tuple(row)[3:]) if row[2] else None
-        out.append(PoppedRollout(row[0], rollout, int(row[1])))
-    return out
-
-
-async def get_rollout_and_attempts(
-    unit: Unit, rollouts: TableSpec, attempts: TableSpec, rollout_id: str, attempt_id: Optional[str]
-) -> RolloutAttempts:
-    """The rollout, its latest attempt and attempt ``attempt_id`` in one statement (locked in a transaction;
-    remembered with their versions in an optimistic unit)."""
-    batch = unit.batch
-    if batch is not None:
-        await batch.before_statement(unit, ("rollouts", "attempts"), False)
-    optimistic = unit.optimistic
-    key = ("get_rollout_and_attempts", unit.for_update, optimistic)
-    sql = _STATEMENTS.get(key)
-    if sql is None:
-        lock = " FOR UPDATE" if unit.for_update else ""
-        version = ", xmin::text AS x" if optimistic else ""
-        rcols = _select_list(rollouts)
-        acols = _select_list(attempts)
-        sql = _STATEMENTS[key] = (
-            f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock}), "
-            f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
-            f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock}), "
-            f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock}) "
-            "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
-            "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
-        )
-    rows = await unit.fetch_sql(sql, [rollout_id, attempt_id])
-    row = tuple(rows[0])
-    width_r = len(rollouts.column_names) + (1 if optimistic else 0)
-    width_a = len(attempts.column_names) + (1 if optimistic else 0)
-    parts = (row[3 : 3 + width_r], row[3 + width_r : 3 + width_r + width_a], row[3 + width_r + width_a :])
-    found: List[Any] = []
-    for present, spec, values in zip(row[:3], (rollouts, attempts, attempts), parts, strict=True):
-        if not present:
-            found.append(None)
-            continue
-        if optimistic and batch is not None:
-            batch.guard_rows(spec, [values])
-        found.append(spec.from_row(values))
-    return RolloutAttempts(found[0], found[1], found[2] if attempt_id is not None else None)
+        if pop is not None:
+            backend.queue_mirror.discard(pop.seqs)
+        if enqueue is not None and unit.optimistic:  # committed: this process knows these entries
+            inserted = {
+                key[0]: values
+                for kind, table, keys, rows_written in written
+                if kind == "i" and table.name == "rollouts"
+                for key, values in zip(keys, rows_written, strict=True)
+            }
+            mirror = backend.queue_mirror
+            spec = backend.schema.specs["rollouts"]
+            for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):
+                found = inserted.get(value)
+                mirror.add(seq, [merged(spec, None, found), row[-1]] if found is not None else None)
+        if seen:
+            cache_rollouts(cache, seen, written, row[-1])

@@ -158,6 +158,7 @@ class Unit:
         "for_update",
         "batch",
         "optimistic",
+        "claims",
     )
 
     def __init__(
@@ -187,6 +188,8 @@ class Unit:
         """Lock the rows read by this unit (PostgreSQL write units in a transaction)."""
         self.batch: Optional[WriteBatch] = WriteBatch() if deferred else None
         """The deferred writes of a PostgreSQL commit unit (see :mod:`.sql_batch`)."""
+        self.claims: Optional[List[int]] = None
+        """The queue entries this (optimistic) unit is claiming (in ``backend.claiming`` until the unit ends)."""
 
     async def driver(self) -> Any:
         """The unit's driver connection, opening it (and its transaction) on first use."""
@@ -230,7 +233,7 @@ class Unit:
     async def close(self, failed: bool) -> None:
         """Send the deferred writes, commit (or roll back when ``failed``), release the connection and the lock."""
         batch = self.batch
-        if batch is not None and batch.ops and not failed:
+        if batch is not None and not failed and (batch.ops or batch.cached):
             try:
                 await batch.flush(self)
             except BaseException:
@@ -239,6 +242,10 @@ class Unit:
         await self._end(failed)
 
     async def _end(self, failed: bool) -> None:
+        claims = self.claims
+        if claims is not None:
+            self.claims = None
+            self.backend.claiming.difference_update(claims)
         pool, raw, tx = self.pool, self.raw, self._pg_tx
         self.pool = self.raw = self._pg_tx = None
         try:

@@ -165,6 +165,18 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             if not isinstance(item, model):
                 raise TypeError(f"Expected {model.__name__}, got {type(item).__name__}")
 
+    def _wrote(self, items: Sequence[Any]) -> None:
+        """Before a write: drop what the backend's caches know of the rows written (PostgreSQL, see
+        :mod:`.sql_batch`; optimistic units would otherwise use it once more, fail their guard and run again)."""
+        name = self._spec.name
+        if name == "resources":
+            self._backend.latest_resources_cache = None
+        elif name in ("rollouts", "attempts"):
+            cache = self._backend.rollout_cache
+            if cache:
+                for item in items:
+                    cache.pop(item.rollout_id, None)
+
     def _pk_values(self, item: BaseModel) -> Tuple[Any, ...]:
         values = item.__dict__  # pydantic stores declared fields here
         return tuple([values[k] for k in self._spec.primary_keys])
@@ -433,6 +445,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         """Bulk insert; an existing or repeated primary key raises :class:`DuplicatedPrimaryKeyError` and the
         call has no effect at all."""
         self._check_items(items)
+        self._wrote(items)
         if not items:
             return
         keys = [self._pk_values(i) for i in items]
@@ -515,6 +528,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
     async def update(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:
         """``UPDATE`` by primary key (all fields, or only ``update_fields``); returns the stored items."""
         self._check_items(items)
+        self._wrote(items)
         spec = self._spec
         names = self._set_names(update_fields)
         returning = update_fields is not None
@@ -557,6 +571,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
     async def upsert(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:
         """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``; ``update_fields=[]`` is get-or-insert."""
         self._check_items(items)
+        self._wrote(items)
         spec = self._spec
         names = self._set_names(update_fields)
         returning = update_fields is not None
@@ -590,6 +605,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
     async def delete(self, items: Sequence[T]) -> None:
         """``DELETE`` by primary key; a missing key raises ``ValueError``."""
         self._check_items(items)
+        self._wrote(items)
         deferring = self._deferring()
         if deferring is not None and await deferring.batch.delete(  # type: ignore[union-attr]
             deferring, self._spec, [self._pk_values(item) for item in items]

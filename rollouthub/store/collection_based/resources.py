@@ -44,6 +44,11 @@ class ResourcesMixin(StoreCore[T_collections]):
         async with self._read("resources") as c:
             return await c.resources.get(sort={"name": "update_time", "order": "desc"})
 
+    async def _unlocked_get_latest_resources(self, c: Any) -> Optional[ResourcesUpdate]:
+        """Inside a unit: the latest snapshot (a backend may answer from a cache it validates when the unit
+        writes: :meth:`~rollouthub.store.collection.base.LightningCollections.latest_resources`)."""
+        return cast(Optional[ResourcesUpdate], await c.latest_resources())
+
     @tracked("query_resources")
     async def query_resources(
         self,

@@ -9,6 +9,7 @@ import time
 import warnings
 from typing import (
     Any,
+    Callable,
     Dict,
     List,
     Literal,
@@ -88,10 +89,11 @@ class RolloutsMixin(StoreCore[T_collections]):
             metadata=dict(metadata) if metadata is not None else {},
         )
 
-    async def _resolve_resources_id(self, resources_id: Optional[str]) -> Optional[str]:
+    async def _unlocked_resolve_resources_id(self, c: Any, resources_id: Optional[str]) -> Optional[str]:
+        """Inside a unit: ``resources_id``, or (``None``) the id of the latest resources snapshot."""
         if resources_id is not None:
             return resources_id
-        latest = await self._get_latest_resources()
+        latest = await self._unlocked_get_latest_resources(c)
         return latest.resources_id if latest is not None else None
 
     @tracked("start_rollout")
@@ -106,24 +108,25 @@ class RolloutsMixin(StoreCore[T_collections]):
         worker_id: str | None = None,
     ) -> AttemptedRollout:
         """Create a rollout with its first attempt (status ``preparing``), bypassing the queue."""
-        resources_id = await self._resolve_resources_id(resources_id)
         now = time.time()
-        rollout = self._build_rollout(input, mode, resources_id, config, metadata, "preparing", now)
-        attempt = Attempt(
-            rollout_id=rollout.rollout_id,
-            attempt_id=_new_attempt_id(),
-            sequence_id=1,
-            start_time=now,
-            status="preparing",
-            worker_id=worker_id,
-        )
 
-        async def persist(c: Any) -> None:
+        async def persist(c: Any) -> Tuple[Rollout, Attempt]:
+            resolved = await self._unlocked_resolve_resources_id(c, resources_id)
+            rollout = self._build_rollout(input, mode, resolved, config, metadata, "preparing", now)
+            attempt = Attempt(
+                rollout_id=rollout.rollout_id,
+                attempt_id=_new_attempt_id(),
+                sequence_id=1,
+                start_time=now,
+                status="preparing",
+                worker_id=worker_id,
+            )
             await c.attempts.insert([attempt])
             await c.rollouts.insert([rollout])
             await self._unlocked_sync_workers_with_attempts(c, [attempt])
+            return rollout, attempt
 
-        await self._commit(persist, "rollouts", "attempts", "workers")
+        rollout, attempt = await self._commit(persist, "resources", "rollouts", "attempts", "workers")
         await self._post_update_rollout([(rollout, _ALL_ROLLOUT_FIELDS)])
         return _attach(rollout, attempt)
 
@@ -138,9 +141,13 @@ class RolloutsMixin(StoreCore[T_collections]):
         metadata: Dict[str, Any] | None = None,
     ) -> Rollout:
         """Create a ``queuing`` rollout at the tail of the queue."""
-        resources_id = await self._resolve_resources_id(resources_id)
-        rollout = self._build_rollout(input, mode, resources_id, config, metadata, "queuing", time.time())
-        return (await self._enqueue_many_rollouts([rollout]))[0]
+        now = time.time()
+
+        def build(latest_id: Optional[str]) -> List[Rollout]:
+            resolved = resources_id if resources_id is not None else latest_id
+            return [self._build_rollout(input, mode, resolved, config, metadata, "queuing", now)]
+
+        return (await self._enqueue_many_rollouts(build, resources_id is None))[0]
 
     @tracked("enqueue_many_rollouts")
     @healthcheck_before
@@ -151,30 +158,39 @@ class RolloutsMixin(StoreCore[T_collections]):
         requests = [
             r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r) for r in rollouts
         ]
-        latest = await self._get_latest_resources()
-        latest_id = latest.resources_id if latest is not None else None
         now = time.time()
-        built = [
-            self._build_rollout(
-                request.input,
-                request.mode,
-                request.resources_id if request.resources_id is not None else latest_id,
-                request.config,
-                request.metadata,
-                "queuing",
-                now,
-            )
-            for request in requests
-        ]
-        return await self._enqueue_many_rollouts(built)
+
+        def build(latest_id: Optional[str]) -> List[Rollout]:
+            return [
+                self._build_rollout(
+                    request.input,
+                    request.mode,
+                    request.resources_id if request.resources_id is not None else latest_id,
+                    request.config,
+                    request.metadata,
+                    "queuing",
+                    now,
+                )
+                for request in requests
+            ]
+
+        return await self._enqueue_many_rollouts(build, any(r.resources_id is None for r in requests))
 
     @tracked("_enqueue_many_rollouts")
-    async def _enqueue_many_rollouts(self, rollouts: List[Rollout]) -> List[Rollout]:
-        async def persist(c: Any) -> None:
+    async def _enqueue_many_rollouts(
+        self, build: Callable[[Optional[str]], List[Rollout]], needs_latest: bool
+    ) -> List[Rollout]:
+        """One unit: read the latest resources id (when ``needs_latest``), ``build(latest id)`` the rollouts, insert
+        and queue them."""
+
+        async def persist(c: Any) -> List[Rollout]:
+            latest_id = await self._unlocked_resolve_resources_id(c, None) if needs_latest else None
+            rollouts = build(latest_id)
             await c.rollouts.insert(rollouts)
             await c.rollout_queue.enqueue([r.rollout_id for r in rollouts])
+            return rollouts
 
-        await self._commit(persist, "rollouts", "rollout_queue")
+        rollouts: List[Rollout] = await self._commit(persist, "resources", "rollouts", "rollout_queue")
         await self._post_update_rollout([(r, _ALL_ROLLOUT_FIELDS) for r in rollouts], skip_enqueue=True)
         return rollouts
 
