@@ -165,14 +165,17 @@ def _suspect(value: Any, depth: int) -> bool:
             if (_NUL in keys or not keys.isascii()) and _bad_text(keys):
                 return True
             values = node.values()
-            try:  # the common case of text values (span attributes): one check for all of them
-                texts = "".join(values)
-            except TypeError:
-                pass
-            else:
-                if (_NUL in texts or not texts.isascii()) and _bad_text(texts):
-                    return True
-                continue
+            # The common case of text values (span attributes): one check for all of them. Tried only when the first
+            # and last values are text: a failed join (mixed values, e.g. heartbeat stats) costs more than it saves.
+            if node and type(next(iter(values))) is str and type(next(reversed(values))) is str:
+                try:
+                    texts = "".join(values)
+                except TypeError:
+                    pass
+                else:
+                    if (_NUL in texts or not texts.isascii()) and _bad_text(texts):
+                        return True
+                    continue
         elif kind is list or kind is tuple:
             values = node
         elif kind in models or _is_model_type(kind):

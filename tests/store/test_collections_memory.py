@@ -456,6 +456,44 @@ class RecordingLock:
     async def __aexit__(self, *exc: Any) -> None:
         self.log.append(f"exit:{self.name}")
 
+    def try_acquire(self) -> bool:
+        return False  # always through ``__aenter__``
+
+    def release(self) -> None:
+        self.log.append(f"exit:{self.name}")
+
+
+async def test_thread_safe_lock_try_acquire_and_release() -> None:
+    lock = _ThreadSafeAsyncLock()
+    assert lock.try_acquire()
+    assert lock.locked()
+    assert not lock.try_acquire()  # held: not taken again
+    lock.release()
+    assert not lock.locked()
+    async with lock:
+        assert not lock.try_acquire()
+    assert lock.try_acquire()
+    lock.release()
+
+
+async def test_lock_scope_waits_for_a_held_lock() -> None:
+    collections = InMemoryLightningCollections(lock_type="thread")
+    lock = collections._lock["workers"]
+    assert lock.try_acquire()
+    entered = asyncio.Event()
+
+    async def unit() -> None:
+        async with collections.atomic(mode="rw", labels=["workers"]):
+            entered.set()
+
+    task = asyncio.create_task(unit())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not entered.is_set()  # the unit waits while the lock is held
+    lock.release()
+    await asyncio.wait_for(task, timeout=5)
+    assert entered.is_set() and not lock.locked()
+
 
 def test_collection_names_and_locks() -> None:
     collections = InMemoryLightningCollections(lock_type="asyncio")

@@ -4,6 +4,7 @@ are in :mod:`.memory_locks`."""
 from __future__ import annotations
 
 import copy
+import operator
 import types
 import uuid
 from collections import deque
@@ -216,6 +217,8 @@ class ListBasedCollection(Collection[T]):
             raise TypeError("ListBasedCollection item_type must not be a dict subclass")
         self._item_type = item_type
         self._primary_keys = tuple(primary_keys)
+        self._key_getter = operator.attrgetter(*self._primary_keys)  # a value for one key, a tuple for several
+        self._single_key = len(self._primary_keys) == 1
         self._id = id if id is not None else str(uuid.uuid4())
         self._root: Dict[Any, Any] = {}
         self._size = 0
@@ -240,7 +243,7 @@ class ListBasedCollection(Collection[T]):
 
     # -- internals ------------------------------------------------------------------------------------------
     def _key_of(self, item: Any) -> Tuple[Any, ...]:
-        return tuple(getattr(item, pk) for pk in self._primary_keys)
+        return (self._key_getter(item),) if self._single_key else self._key_getter(item)  # type: ignore[no-any-return]
 
     def _check_type(self, item: Any) -> None:
         if not isinstance(item, self._item_type):
@@ -352,9 +355,25 @@ class ListBasedCollection(Collection[T]):
 
     @staticmethod
     def _merge(existing: T, item: T, update_fields: Sequence[str]) -> T:
+        """``existing.model_copy(update=<update_fields of item>)`` (a shallow copy; the values are already valid),
+        built directly for the models of the store (no extra fields allowed, no private attributes)."""
         if not isinstance(existing, BaseModel):
             raise TypeError("update_fields requires a Pydantic item type")
-        return existing.model_copy(update={f: getattr(item, f) for f in update_fields})
+        cls = type(existing)
+        if cls.model_config.get("extra") == "allow" or getattr(existing, "__pydantic_private__", None) is not None:
+            return existing.model_copy(update={f: getattr(item, f) for f in update_fields})  # type: ignore[return-value]
+        values = existing.__dict__.copy()
+        for name in update_fields:
+            values[name] = getattr(item, name)
+        fields_set = set(existing.__pydantic_fields_set__)
+        fields_set.update(update_fields)
+        merged = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(merged, "__dict__", values)
+        _set(merged, "__pydantic_extra__", None)
+        _set(merged, "__pydantic_fields_set__", fields_set)
+        _set(merged, "__pydantic_private__", None)
+        return merged  # type: ignore[return-value]
 
     # -- operations -----------------------------------------------------------------------------------------
     @tracked("size")

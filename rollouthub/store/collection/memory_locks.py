@@ -39,6 +39,14 @@ class _LoopAwareAsyncLock:
     async def __aexit__(self, *exc: Any) -> None:
         self._get().release()
 
+    def try_acquire(self) -> bool:
+        """Never acquires without waiting (``asyncio.Lock`` has no public non-blocking acquire): ``False``."""
+        return False
+
+    def release(self) -> None:
+        """Release the lock of the running loop."""
+        self._get().release()
+
     def __getstate__(self) -> Dict[str, Any]:
         return {}
 
@@ -62,6 +70,15 @@ class _ThreadSafeAsyncLock:
 
     async def __aexit__(self, *exc: Any) -> None:
         self._lock.async_release()
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free, without waiting (``async_acquire`` of a free lock does not suspend either:
+        aiologic's checkpoints are off under asyncio); ``False`` when it is held."""
+        return self._lock.green_acquire(blocking=False)
+
+    def release(self) -> None:
+        """Release the lock (synchronous, like ``async_release``)."""
+        self._lock.release()
 
     def locked(self) -> bool:
         """Whether the lock is held."""
@@ -102,7 +119,8 @@ class _LockScope:
     async def __aenter__(self) -> Any:
         try:
             for lock in self.locks:
-                await lock.__aenter__()
+                if not lock.try_acquire():  # a free lock is taken without a coroutine round trip
+                    await lock.__aenter__()
                 self.held += 1
         except BaseException:
             await self.__aexit__(None, None, None)
@@ -113,4 +131,4 @@ class _LockScope:
         locks, held = self.locks, self.held
         self.held = 0
         for index in range(held - 1, -1, -1):
-            await locks[index].__aexit__(None, None, None)
+            locks[index].release()
