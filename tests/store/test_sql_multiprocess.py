@@ -11,11 +11,11 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List
 
 import pytest
 
-from rollouthub.types import EnqueueRolloutRequest
+from rollouthub.types import EnqueueRolloutRequest, Rollout
 from tests.store.helpers import wait_until
 from tests.store.sql_backends import open_target_store, sql_target
 
@@ -140,6 +140,28 @@ async def test_kill_9_keeps_every_acknowledged_write(target: tuple[str, str]) ->
         await store.close()
 
 
+async def _run_to_done(children: List[Child]) -> List[Dict[str, Any]]:
+    """Start the children together (all ready first) and collect their "done" reports; kill them in any case."""
+    try:
+        for child in children:
+            await child.read_until("ready")
+        results = [await child.read_until("done", timeout=180) for child in children]
+        for child in children:
+            await child.finish()
+        return results
+    finally:
+        for child in children:
+            await child.kill()
+
+
+def _claimed_once_each(results: List[Dict[str, Any]], created: List[Rollout]) -> List[str]:
+    """The rollout ids the children claimed, checked: none twice, none missed."""
+    claims = [rid for result in results for rid in result["claimed"]]
+    assert len(claims) == len(set(claims)), "a rollout was claimed twice"
+    assert set(claims) == {r.rollout_id for r in created}, "a rollout was never claimed"
+    return claims
+
+
 async def test_processes_claim_each_rollout_once_and_share_sequence_ids(target: tuple[str, str]) -> None:
     url, schema = target
     store = open_target_store(url, schema, scan_debounce_seconds=3600.0)
@@ -150,18 +172,8 @@ async def test_processes_claim_each_rollout_once_and_share_sequence_ids(target: 
             await Child.start("drain", url, schema, shared.rollout_id, shared.attempt.attempt_id, "10")
             for _ in range(3)
         ]
-        try:
-            for child in children:
-                await child.read_until("ready")
-            results = [await child.read_until("done", timeout=180) for child in children]
-            for child in children:
-                await child.finish()
-        finally:
-            for child in children:
-                await child.kill()
-        claims = [rid for result in results for rid in result["claimed"]]
-        assert len(claims) == len(set(claims)), "a rollout was claimed twice"
-        assert set(claims) == {r.rollout_id for r in created}, "a rollout was never claimed"
+        results = await _run_to_done(children)
+        _claimed_once_each(results, created)
         sequence_ids = [s for result in results for s in result["sequence_ids"]]
         batch_ids = [s for result in results for s in result["batch_ids"]]
         everything = sequence_ids + batch_ids
@@ -184,18 +196,8 @@ async def test_concurrent_claimers_in_several_processes_claim_each_rollout_once(
     try:
         created = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(150)])
         children = [await Child.start("claim", url, schema, "4") for _ in range(3)]
-        try:
-            for child in children:
-                await child.read_until("ready")
-            results = [await child.read_until("done", timeout=180) for child in children]
-            for child in children:
-                await child.finish()
-        finally:
-            for child in children:
-                await child.kill()
-        claims = [rid for result in results for rid in result["claimed"]]
-        assert len(claims) == len(set(claims)), "a rollout was claimed twice"
-        assert set(claims) == {r.rollout_id for r in created}, "a rollout was never claimed"
+        results = await _run_to_done(children)
+        claims = _claimed_once_each(results, created)
         for rollout_id in claims:
             attempts = await store.query_attempts(rollout_id)
             assert [a.sequence_id for a in attempts] == [1], f"{rollout_id} has attempts {attempts}"
