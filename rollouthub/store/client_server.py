@@ -10,58 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from rollouthub.types import Span
 
+from . import wire
 from .server.store_server import LightningStoreServer
-from .wire import (
-    API_AGL_PREFIX,
-    API_V1_AGL_PREFIX,
-    API_V1_PREFIX,
-    MAX_DEQUEUE_WAIT_SECONDS,
-    DequeueManyRolloutsRequest,
-    EnqueueManyRolloutsRequest,
-    NextSequenceIdRequest,
-    NextSequenceIdResponse,
-    QueryAttemptsRequest,
-    QueryResourcesRequest,
-    QueryRolloutsRequest,
-    QuerySpansRequest,
-    QueryWorkersRequest,
-    RolloutRequest,
-    StartAttemptRequest,
-    StoreRequest,
-    UpdateAttemptRequest,
-    UpdateRolloutRequest,
-    UpdateWorkerRequest,
-    WaitForRolloutsRequest,
-)
+from .wire import *  # noqa: F403 - the HTTP API's request/response models, under the reference's module
 
 if TYPE_CHECKING:
     from .client import LightningStoreClient
 
-__all__ = [
-    "API_V1_PREFIX",
-    "API_AGL_PREFIX",
-    "API_V1_AGL_PREFIX",
-    "MAX_DEQUEUE_WAIT_SECONDS",
-    "StoreRequest",
-    "RolloutRequest",
-    "EnqueueManyRolloutsRequest",
-    "DequeueManyRolloutsRequest",
-    "StartAttemptRequest",
-    "QueryRolloutsRequest",
-    "QueryAttemptsRequest",
-    "QueryResourcesRequest",
-    "QuerySpansRequest",
-    "QueryWorkersRequest",
-    "WaitForRolloutsRequest",
-    "NextSequenceIdRequest",
-    "NextSequenceIdResponse",
-    "UpdateRolloutRequest",
-    "UpdateAttemptRequest",
-    "UpdateWorkerRequest",
-    "LightningStoreServer",
-    "LightningStoreClient",
-    "Span",
-]
+__all__ = ["LightningStoreServer", "LightningStoreClient", "Span"]
+__all__ += wire.__all__
 
 
 def __getattr__(name: str) -> Any:
