@@ -297,16 +297,12 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
 
     @tracked("_get_latest_resources_inmemory")
     async def _get_latest_resources(self) -> Optional[ResourcesUpdate]:
-        cached = self._latest_resources_id
-        if isinstance(cached, Unset):
-            return await super()._get_latest_resources()
-        if cached is None:
-            return None
+        """The remembered latest snapshot, in a read unit of its own."""
         async with self._read("resources") as c:
-            return await c.resources.get(filter={"resources_id": {"exact": cached}})
+            return await self._unlocked_get_latest_resources(c)
 
     async def _unlocked_get_latest_resources(self, c: Any) -> Optional[ResourcesUpdate]:
-        """Inside a unit: the remembered latest snapshot (see :meth:`_get_latest_resources`)."""
+        """Inside a unit: the remembered latest snapshot (looked up by id; before any is remembered, by time)."""
         cached = self._latest_resources_id
         if isinstance(cached, Unset):
             return await super()._unlocked_get_latest_resources(c)
