@@ -4,21 +4,8 @@
 * :mod:`.api` -- the ``LightningStore`` methods, each one REST call of store.md 11.6.
 """
 
-from .api import DEQUEUE_WAIT_SLICE_SECONDS, LightningStoreClient
-from .transport import (
-    API_TOKEN_ENV,
-    LightningStoreAuthError,
-    LightningStoreEvictedError,
-    LightningStoreHTTPError,
-    LightningStoreRemoteValueError,
-)
+from . import api
+from .api import *  # noqa: F403 - the client and the names it works with (api.__all__)
 
-__all__ = [
-    "API_TOKEN_ENV",
-    "DEQUEUE_WAIT_SLICE_SECONDS",
-    "LightningStoreAuthError",
-    "LightningStoreClient",
-    "LightningStoreEvictedError",
-    "LightningStoreHTTPError",
-    "LightningStoreRemoteValueError",
-]
+__all__: list[str] = []
+__all__ += api.__all__
