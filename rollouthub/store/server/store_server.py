@@ -313,24 +313,29 @@ class LightningStoreServer(LightningStore):
         store = self.store
         if store is None:
             return None
+        route = self._route(store)
+        if route == _DIRECT_ANYWHERE or (route == _DIRECT_IN_OWNER and _current_pid == self._owner_pid):
+            return store
+        return None
+
+    def _route(self, store: LightningStore) -> int:
+        """How calls reach ``store``: ``_DIRECT_ANYWHERE`` (zero-copy), ``_DIRECT_IN_OWNER`` (thread-safe, in the
+        owning process) or ``_LOCKED`` (under the server's lock in the owning process); cached per store."""
         cached = self._caps_cache
         if cached is None or cached[0] != id(store):
             self._store_caps(store)
             cached = self._caps_cache
             assert cached is not None
-        route = cached[2]
-        if route == _DIRECT_ANYWHERE or (route == _DIRECT_IN_OWNER and _current_pid == self._owner_pid):
-            return store
-        return None
+        return cached[2]
 
     async def _call(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
         store = self.store
         if store is not None:
-            caps = self._store_caps(store)
-            if caps.get("zero_copy"):
+            route = self._route(store)
+            if route == _DIRECT_ANYWHERE:
                 return await getattr(store, method_name)(*args, **kwargs)
             if _current_pid == self._owner_pid:
-                if method_name == "wait_for_rollouts" or caps.get("thread_safe"):
+                if method_name == "wait_for_rollouts" or route == _DIRECT_IN_OWNER:
                     return await getattr(store, method_name)(*args, **kwargs)
                 if method_name == "dequeue_rollout_or_wait":  # wait without the lock, claim under it
                     return await self._dequeue_or_wait_locked(store, *args, **kwargs)
@@ -364,9 +369,8 @@ def _make_delegate(name: str) -> Any:
         # Fast paths of ``_call`` for the server process's own calls (every request): straight to a zero-copy store or
         # to a thread-safe one in the owning process, or -- inlined ``_locked_call`` -- to another store under the lock.
         store = self.store
-        cached = self._caps_cache
-        if store is not None and cached is not None and cached[0] == id(store):
-            route = cached[2]
+        if store is not None:
+            route = self._route(store)
             if route == _DIRECT_ANYWHERE or (route == _DIRECT_IN_OWNER and _current_pid == self._owner_pid):
                 return await getattr(store, name)(*args, **kwargs)
             if route == _LOCKED and lockable and _current_pid == self._owner_pid:
