@@ -340,11 +340,18 @@ class PythonServerLauncher:
     # -- uvicorn -------------------------------------------------------------------------------------------------------
     def _uvicorn_server(self) -> Any:
         import uvicorn
+        from uvicorn.config import HTTP_PROTOCOLS
+        from uvicorn.importer import import_from_string
+
+        from .write_coalescing import coalescing_protocol
 
         protocol, max_head = http_protocol(self.args.max_header_bytes)
+        # uvicorn's protocol, unchanged, writing through a transport that sends a response head and its body in one
+        # system call (rollouthub.utils.write_coalescing).
+        protocol_class = import_from_string(HTTP_PROTOCOLS[protocol])
         config = uvicorn.Config(
             self.app,
-            http=protocol,
+            http=coalescing_protocol(protocol_class),  # type: ignore[arg-type]  # a factory works like a class
             host=self._host,
             port=self._port,
             log_level=_uvicorn_log_level(self.args.log_level),
