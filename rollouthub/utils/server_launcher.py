@@ -11,7 +11,8 @@ Design notes (differences from the reference, all documented in ``docs/server.md
   reset). With ``max_header_bytes`` set -- or where ``zttp`` is not installed (it needs Python >= 3.11) -- uvicorn's
   ``h11`` protocol serves instead, bounding the head at ``max_header_bytes`` (default 64 KiB) at roughly three times
   the HTTP CPU per request (``docs/server.md``, "Slow and dawdling clients"). No choice leaves request heads
-  unbounded.
+  unbounded. Either protocol writes through :class:`~rollouthub.utils.write_coalescing.CoalescingTransport`, so a
+  response head and its body leave in one ``send`` (uvicorn writes them separately).
 * ``mp`` mode with ``n_workers > 1`` does not need gunicorn: a supervisor process (forked from the caller) binds
   nothing itself but inherits the pre-bound socket, forks ``n_workers`` uvicorn workers that all accept on that socket
   (the app and its store are created once and inherited, like gunicorn's ``preload_app``), restarts workers that die
