@@ -516,13 +516,23 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         return ValueError(f"Item does not exist with primary key(s): {_pk_repr(self._spec, key)}")
 
     def _set_names(self, update_fields: Optional[Sequence[str]]) -> Tuple[str, ...]:
+        """The columns an update or upsert writes: ``update_fields`` (checked, without the primary keys, each once)
+        or all but the primary keys. Remembered per table and field list (a handful of lists recur)."""
         spec = self._spec
-        if update_fields is None:
-            return tuple(c for c in spec.column_names if c not in spec.primary_keys)
-        for name in update_fields:
-            if name not in spec.kinds:
-                raise ValueError(f"Field '{name}' does not exist on {spec.model.__name__}")
-        return tuple(dict.fromkeys(n for n in update_fields if n not in spec.primary_keys))
+        key = None if update_fields is None else tuple(update_fields)
+        names = spec.set_names.get(key)
+        if names is not None:
+            return names
+        if key is None:
+            names = tuple(c for c in spec.column_names if c not in spec.primary_keys)
+        else:
+            for name in key:
+                if name not in spec.kinds:
+                    raise ValueError(f"Field '{name}' does not exist on {spec.model.__name__}")
+            names = tuple(dict.fromkeys(n for n in key if n not in spec.primary_keys))
+        if len(spec.set_names) < 256:
+            spec.set_names[key] = names
+        return names
 
     @tracked("update")
     async def update(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:

@@ -131,6 +131,8 @@ class TableSpec:
     columns: List[Any] = field(default_factory=list)
     decode_json: bool = True  # JSON columns come back as text from both drivers
     _json_layout: Optional[List[Tuple[str, str]]] = field(default=None, init=False, repr=False)
+    set_names: Dict[Optional[Tuple[str, ...]], Tuple[str, ...]] = field(default_factory=dict, init=False, repr=False)
+    """The columns written for an update's field list (``None``: all fields), see ``SqlCollection._set_names``."""
 
     @functools.cached_property
     def pk_positions(self) -> Tuple[int, ...]:

@@ -114,7 +114,11 @@ def healthcheck_before(func: F) -> F:
 
     @functools.wraps(func)
     async def wrapper(self: StoreCore[Any], *args: Any, **kwargs: Any) -> Any:
-        await self._scan_for_unhealthy_rollouts()
+        # The debounce's first test, inline: most calls skip the scan without the scan's coroutines (with a
+        # tracker, the scan is entered every time, as its metrics count it).
+        debounce = self._scan_debounce_seconds
+        if debounce <= 0 or self._tracker is not None or time.time() - self._last_scan_entrance_time >= debounce:
+            await self._scan_for_unhealthy_rollouts()
         return await func(self, *args, **kwargs)
 
     return cast(F, wrapper)
