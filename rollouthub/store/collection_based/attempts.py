@@ -171,16 +171,14 @@ class AttemptsMixin(StoreCore[T_collections]):
     @tracked("_should_scan_for_unhealthy_rollouts")
     async def _should_scan_for_unhealthy_rollouts(self) -> bool:
         """Debounce: at most one scan per ``scan_debounce_seconds`` per store instance."""
-        debounce = self._scan_debounce_seconds
-        if debounce <= 0:
+        if self._scan_debounce_seconds <= 0:
             return True
-        if time.time() - self._last_scan_entrance_time < debounce:
+        if self._scan_debounced():
             return False
         async with self.collections.atomic(mode="rw", labels=["generic"]):
-            now = time.time()
-            if now - self._last_scan_entrance_time < debounce:
+            if self._scan_debounced():  # another caller entered meanwhile
                 return False
-            self._last_scan_entrance_time = now
+            self._last_scan_entrance_time = time.time()
             return True
 
     @tracked("_unlocked_get_running_rollouts")

@@ -114,10 +114,9 @@ def healthcheck_before(func: F) -> F:
 
     @functools.wraps(func)
     async def wrapper(self: StoreCore[Any], *args: Any, **kwargs: Any) -> Any:
-        # The debounce's first test, inline: most calls skip the scan without the scan's coroutines (with a
-        # tracker, the scan is entered every time, as its metrics count it).
-        debounce = self._scan_debounce_seconds
-        if debounce <= 0 or self._tracker is not None or time.time() - self._last_scan_entrance_time >= debounce:
+        # Most calls fall within the debounce: they skip the scan without entering its coroutines (with a tracker,
+        # the scan is entered every time, as its metrics count it).
+        if self._tracker is not None or not self._scan_debounced():
             await self._scan_for_unhealthy_rollouts()
         return await func(self, *args, **kwargs)
 
@@ -195,6 +194,11 @@ class StoreCore(LightningStore, Generic[T_collections]):
     # ----------------------------------------------------------------------------------------------------------
     # Capabilities, statistics, units
     # ----------------------------------------------------------------------------------------------------------
+
+    def _scan_debounced(self) -> bool:
+        """Whether the watchdog scanned less than ``scan_debounce_seconds`` ago (never with a debounce of 0)."""
+        debounce = self._scan_debounce_seconds
+        return debounce > 0 and time.time() - self._last_scan_entrance_time < debounce
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
