@@ -43,3 +43,34 @@ def test_a_full_mirror_records_nothing_until_it_is_empty() -> None:
     mirror.discard([2])
     mirror.add(5, None)
     assert mirror.order == [5] and not mirror.full
+
+
+def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_succeeded() -> None:
+    from rollouthub.store.collection.sql_caches import WRITTEN, cache_rollouts, follow_writes
+    from rollouthub.store.collection.sql_schema import SqlSchema
+    from rollouthub.types import Attempt, Rollout
+
+    specs = SqlSchema("postgresql").specs
+    rollout = Rollout(rollout_id="ro-1", input={"q": 1}, start_time=1.0, status="running")
+    attempt = Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=1.0, status="running")
+    other = Rollout(rollout_id="ro-2", input=None, start_time=2.0, status="running")
+    seen = {"ro-1": [rollout, "100", attempt, "101"], "ro-2": [other, "200", None, None]}
+    written = [
+        ("u", specs["attempts"], [("ro-1", "at-1")], [{"status": "succeeded", "end_time": 5.0}]),
+        ("u", specs["rollouts"], [("ro-1",)], [{"status": "succeeded", "end_time": 5.0}]),
+        ("s", specs["rollouts"], [("ro-2",)], [None]),  # an upsert: not followed
+    ]
+    after = follow_writes(seen, written)
+    # what the unit read is untouched (the statement may still fail: its rollouts are then dropped from the cache)
+    assert seen["ro-1"] == [rollout, "100", attempt, "101"] and rollout.status == "running"
+    assert set(after) == {"ro-1"}
+    new_rollout, version, new_attempt, attempt_version = after["ro-1"]
+    assert (new_rollout.status, new_rollout.end_time, new_rollout.input) == ("succeeded", 5.0, {"q": 1})
+    assert (new_attempt.status, new_attempt.end_time) == ("succeeded", 5.0)
+    assert version is WRITTEN and attempt_version is WRITTEN
+    assert {"status", "end_time"} <= new_rollout.model_fields_set
+
+    cache: dict = {"ro-2": ["stale"]}
+    cache_rollouts(cache, after, "300")
+    assert cache["ro-1"] == [new_rollout, "300", new_attempt, "300"]
+    assert cache["ro-2"] == ["stale"]  # only the followed rollouts are written to the cache

@@ -67,6 +67,7 @@ __all__ = [
     "FILTER_OPERATORS",
     "PoppedRollout",
     "RolloutAttempts",
+    "model_with",
 ]
 
 AtomicMode = Literal["r", "w", "rw"]
@@ -252,6 +253,26 @@ def resolve_sort_options(sort: Optional[SortOptions]) -> Optional[Tuple[str, Lit
     if order not in ("asc", "desc"):
         raise ValueError(f"Sort order must be 'asc' or 'desc'; got {order!r}")
     return name, order  # type: ignore[return-value]
+
+
+def model_with(existing: T_model, update: Dict[str, Any]) -> T_model:
+    """``existing.model_copy(update=update)`` -- a shallow copy with some fields replaced by values that are already
+    valid (not validated again) -- built directly for the store's models (no extra fields, no private attributes),
+    which makes it several times cheaper; other models take ``model_copy``."""
+    cls = type(existing)
+    if cls.model_config.get("extra") == "allow" or getattr(existing, "__pydantic_private__", None) is not None:
+        return existing.model_copy(update=update)
+    values = existing.__dict__.copy()
+    values.update(update)
+    fields_set = set(existing.__pydantic_fields_set__)
+    fields_set.update(update)
+    copied = cls.__new__(cls)
+    _set = object.__setattr__
+    _set(copied, "__dict__", values)
+    _set(copied, "__pydantic_extra__", None)
+    _set(copied, "__pydantic_fields_set__", fields_set)
+    _set(copied, "__pydantic_private__", None)
+    return copied
 
 
 @functools.cache

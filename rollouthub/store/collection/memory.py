@@ -55,6 +55,7 @@ from .base import (
     Queue,
     check_sort_field,
     ensure_numeric,
+    model_with,
     normalize_filter_options,
     primary_key_of_filter,
     resolve_sort_options,
@@ -355,25 +356,10 @@ class ListBasedCollection(Collection[T]):
 
     @staticmethod
     def _merge(existing: T, item: T, update_fields: Sequence[str]) -> T:
-        """``existing.model_copy(update=<update_fields of item>)`` (a shallow copy; the values are already valid),
-        built directly for the models of the store (no extra fields allowed, no private attributes)."""
+        """``existing`` with the ``update_fields`` of ``item`` (:func:`~.base.model_with`: the values are valid)."""
         if not isinstance(existing, BaseModel):
             raise TypeError("update_fields requires a Pydantic item type")
-        cls = type(existing)
-        if cls.model_config.get("extra") == "allow" or getattr(existing, "__pydantic_private__", None) is not None:
-            return existing.model_copy(update={f: getattr(item, f) for f in update_fields})  # type: ignore[return-value]
-        values = existing.__dict__.copy()
-        for name in update_fields:
-            values[name] = getattr(item, name)
-        fields_set = set(existing.__pydantic_fields_set__)
-        fields_set.update(update_fields)
-        merged = cls.__new__(cls)
-        _set = object.__setattr__
-        _set(merged, "__dict__", values)
-        _set(merged, "__pydantic_extra__", None)
-        _set(merged, "__pydantic_fields_set__", fields_set)
-        _set(merged, "__pydantic_private__", None)
-        return merged  # type: ignore[return-value]
+        return model_with(existing, {f: getattr(item, f) for f in update_fields})  # type: ignore[return-value]
 
     # -- operations -----------------------------------------------------------------------------------------
     @tracked("size")

@@ -38,8 +38,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
+from rollouthub.utils.overlap import overlapped
+
 from .base import DuplicatedPrimaryKeyError
-from .sql_caches import CACHED_TABLES, cache_rollouts, merged
+from .sql_caches import CACHED_TABLES, cache_rollouts, follow_writes, merged
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -204,7 +206,10 @@ class _Insert(_Op):
 
     def params(self) -> List[Any]:
         rows = self.rows
-        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), self.shape[2])
+        if self.shape[2]:  # one row: its values (the common case, built directly)
+            row = rows[0]
+            return [row[c] for c in self.spec.column_names]
+        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), False)
 
 
 class _Update(_Op):
@@ -237,6 +242,9 @@ class _Update(_Op):
 
     def params(self) -> List[Any]:
         keys, rows = self.keys, self.rows
+        if self.shape[3]:  # one row
+            row = rows[0]
+            return [*keys[0], *[row[n] for n in self.names]]
         columns: List[Any] = [[key[i] for key in keys] for i in range(len(keys[0]))]
         columns.extend([row[n] for row in rows] for n in self.names)
         return _source_params(columns, self.shape[3])
@@ -268,7 +276,10 @@ class _Upsert(_Op):
 
     def params(self) -> List[Any]:
         rows = self.rows
-        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), self.shape[3])
+        if self.shape[3]:  # one row
+            row = rows[0]
+            return [row[c] for c in self.spec.column_names]
+        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), False)
 
 
 class _Delete(_Op):
@@ -619,9 +630,15 @@ class WriteBatch:
         )
         params: List[Any] = []
         for spec, rows in guards.values():
+            if len(rows) == 1:  # one row: its key and version
+                for key, version in rows.items():
+                    params.extend(key)
+                    params.append(version)
+                params.append(1)
+                continue
             columns: List[Any] = [[key[i] for key in rows] for i in range(len(spec.primary_keys))]
             columns.append(list(rows.values()))
-            params.extend(_source_params(columns, len(rows) == 1))
+            params.extend(_source_params(columns, False))
             params.append(len(rows))
         if latest is not NO_GUARD:
             params.append(latest)
@@ -701,16 +718,31 @@ class WriteBatch:
         self.seen = {}
         self.written = []
         self.head = None
+        backend = unit.backend
+        optimistic_enqueue = enqueue is not None and unit.optimistic
+
+        def follow() -> Tuple[Optional[Dict[str, List[Any]]], Optional[Dict[str, Any]]]:
+            """What the caches will hold if the statement succeeds (computed while it runs)."""
+            new_rollouts = None
+            if optimistic_enqueue:
+                spec = backend.schema.specs["rollouts"]
+                new_rollouts = {
+                    key[0]: merged(spec, None, values)
+                    for kind, table, keys, rows_written in written
+                    if kind == "i" and table.name == "rollouts"
+                    for key, values in zip(keys, rows_written, strict=True)
+                }
+            return (follow_writes(seen, written) if seen else None), new_rollouts
+
         import asyncpg
 
         try:
-            rows = await unit.fetch_sql(sql, params)
+            rows, (after, new_rollouts) = await overlapped(unit.fetch_sql(sql, params), follow)  # type: ignore[misc]
         except asyncpg.UniqueViolationError as exc:
             if getattr(exc, "table_name", None) == "span_sequence_ids":  # a counter created concurrently
                 raise GuardConflict("a counter the unit creates was created concurrently") from None
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
         row = rows[0]
-        backend = unit.backend
         cache = backend.rollout_cache
         if not row[0]:
             for rollout_id in seen:
@@ -724,17 +756,10 @@ class WriteBatch:
                 op.check(next(reported))
         if pop is not None:
             backend.queue_mirror.discard(pop.seqs)
-        if enqueue is not None and unit.optimistic:  # committed: this process knows these entries
-            inserted = {
-                key[0]: values
-                for kind, table, keys, rows_written in written
-                if kind == "i" and table.name == "rollouts"
-                for key, values in zip(keys, rows_written, strict=True)
-            }
+        if new_rollouts is not None:  # committed: this process knows these entries
             mirror = backend.queue_mirror
-            spec = backend.schema.specs["rollouts"]
-            for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):
-                found = inserted.get(value)
-                mirror.add(seq, [merged(spec, None, found), row[-1]] if found is not None else None)
-        if seen:
-            cache_rollouts(cache, seen, written, row[-1])
+            for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):  # type: ignore[union-attr]
+                found = new_rollouts.get(value)
+                mirror.add(seq, [found, row[-1]] if found is not None else None)
+        if after is not None:
+            cache_rollouts(cache, after, row[-1])

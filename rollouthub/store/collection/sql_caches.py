@@ -7,8 +7,8 @@ since, the guard fails and the unit runs again in a transaction, which reads it.
 is written never depends on them without that check.
 
 * the latest resources snapshot (enqueues): :func:`.sql_compound.latest_resources`;
-* rollouts with their latest attempt (attempt updates): :func:`cache_rollouts` after each optimistic write
-  statement, used by :func:`.sql_compound.get_rollout_and_attempts`;
+* rollouts with their latest attempt (attempt updates): :func:`follow_writes` while each optimistic write
+  statement runs, :func:`cache_rollouts` once it succeeded, used by :func:`.sql_compound.get_rollout_and_attempts`;
 * the queue entries this process appended (claims): :class:`QueueMirror`, used by
   :func:`.sql_compound.dequeue_rollouts`.
 """
@@ -21,9 +21,10 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from pydantic_core import from_json
 
+from .base import model_with
 from .sql_schema import TableSpec
 
-__all__ = ["QueueMirror", "merged", "cache_rollouts", "CACHED_TABLES"]
+__all__ = ["QueueMirror", "merged", "follow_writes", "cache_rollouts", "CACHED_TABLES", "WRITTEN"]
 
 CACHED_TABLES = ("rollouts", "attempts")
 """The tables whose deferred writes :func:`cache_rollouts` follows."""
@@ -36,7 +37,7 @@ def merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
     model; ``None``: a new row), decoded as a read would decode them."""
     kinds = spec.kinds
     if old is not None and all(kinds[name] != "json" for name in row):
-        return old.model_copy(update=row)  # scalar columns: the values are the model's own (validated) ones
+        return model_with(old, row)  # scalar columns: the values are the model's own (validated) ones
     data = dict(old.__dict__) if old is not None else {}
     for name, value in row.items():
         if value is not None and kinds[name] == "json":
@@ -45,33 +46,50 @@ def merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
     return spec.model.__pydantic_validator__.validate_python(data)
 
 
-def cache_rollouts(cache: Dict[str, List[Any]], seen: Dict[str, List[Any]], written: List[Any], version: str) -> None:
-    """After an optimistic unit's write statement succeeded: cache the rollouts it read (``seen``: ``rollout_id ->
-    [rollout, version, latest attempt or None, version]``) as they are now -- the unit's writes (``written``: ``(kind,
-    spec, keys, rows)``) applied, written rows at the statement's version (``version``). A write this cannot follow
-    (an upsert, a delete, a rollout insert, unknown columns) leaves the rollout uncached. The latest attempt is the
+WRITTEN = object()
+"""The version of a row in :func:`follow_writes`'s entries that the write statement wrote (its version is the
+statement's, known once it answered)."""
+
+
+def follow_writes(seen: Dict[str, List[Any]], written: List[Any]) -> Dict[str, List[Any]]:
+    """The rollouts an optimistic unit read (``seen``: ``rollout_id -> [rollout, version, latest attempt or None,
+    version]``) as they will be once its writes (``written``: ``(kind, spec, keys, rows)``) are applied, the rows it
+    writes at version :data:`WRITTEN`: new entries, ``seen`` is left as it is. Pure, so that it can run while the
+    write statement is on its way (its result decides whether :func:`cache_rollouts` keeps them). A write this cannot
+    follow (an upsert, a delete, a rollout insert, unknown columns) leaves the rollout out. The latest attempt is the
     one with the highest ``sequence_id`` (the first inserted among equals), as the compound read reads it."""
+    after = {rollout_id: list(entry) for rollout_id, entry in seen.items()}
     for kind, spec, keys, rows in written:
         for key, row in zip(keys, rows or [None] * len(keys), strict=True):
-            entry = seen.get(key[0])
+            entry = after.get(key[0])
             if entry is None:
                 continue
             if kind in ("s", "d") or (spec.has_extra and row is not None and "extra" in row):
-                del seen[key[0]]
+                del after[key[0]]
             elif spec.name == "rollouts":
                 if kind == "i":
-                    del seen[key[0]]
+                    del after[key[0]]
                 else:
                     entry[0] = merged(spec, entry[0], row)
-                    entry[1] = version
+                    entry[1] = WRITTEN
             elif kind == "i":
                 if entry[2] is None or row["sequence_id"] > entry[2].sequence_id:
                     entry[2] = merged(spec, None, row)
-                    entry[3] = version
+                    entry[3] = WRITTEN
             elif entry[2] is not None and entry[2].attempt_id == key[1]:
                 entry[2] = merged(spec, entry[2], row)
-                entry[3] = version
-    for rollout_id, entry in seen.items():
+                entry[3] = WRITTEN
+    return after
+
+
+def cache_rollouts(cache: Dict[str, List[Any]], after: Dict[str, List[Any]], version: str) -> None:
+    """After an optimistic unit's write statement succeeded: cache the rollouts :func:`follow_writes` followed
+    (``after``), the rows written at the statement's version (``version``)."""
+    for rollout_id, entry in after.items():
+        if entry[1] is WRITTEN:
+            entry[1] = version
+        if entry[3] is WRITTEN:
+            entry[3] = version
         cache.pop(rollout_id, None)
         cache[rollout_id] = entry
     while len(cache) > _ROLLOUT_CACHE_SIZE:
