@@ -33,6 +33,8 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg_backends import proc_cpu_seconds  # noqa: E402
 
+from rollouthub.cli import plain_text  # noqa: E402
+
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 Cycle = Callable[[int], Awaitable[None]]
@@ -137,7 +139,9 @@ async def run_store(url: str, n: int) -> Tuple[float, ...]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cycles", type=int, default=1000, help="measured cycles per run (after 50 warm-up cycles)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds; each runs the three variants in turn")
     args = parser.parse_args()
