@@ -150,9 +150,10 @@ def _source(first: int, names: Sequence[str], kinds: Sequence[str], single: bool
     return f"unnest({arrays}) AS v({_columns(names)})"
 
 
-def _source_params(columns: Iterable[Sequence[Any]], single: bool) -> List[Any]:
-    """The parameters of :func:`_source` from the values of each column."""
-    return [values[0] for values in columns] if single else [list(values) for values in columns]
+def _source_params(records: Sequence[Sequence[Any]], single: bool) -> List[Any]:
+    """The parameters of :func:`_source` from its rows (``records``: the values of each row, in column order): the
+    one row's values, or one list per column."""
+    return list(records[0]) if single else [list(column) for column in zip(*records, strict=True)]
 
 
 def _columns(names: Sequence[str], prefix: str = "") -> str:
@@ -205,11 +206,8 @@ class _Insert(_Op):
         return f"INSERT INTO {_q(spec.name)} ({_columns(cols)}) SELECT * FROM {source}{where}"
 
     def params(self) -> List[Any]:
-        rows = self.rows
-        if self.shape[2]:  # one row: its values (the common case, built directly)
-            row = rows[0]
-            return [row[c] for c in self.spec.column_names]
-        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), False)
+        cols = self.spec.column_names
+        return _source_params([[row[c] for c in cols] for row in self.rows], self.shape[2])
 
 
 class _Update(_Op):
@@ -241,13 +239,9 @@ class _Update(_Op):
         )
 
     def params(self) -> List[Any]:
-        keys, rows = self.keys, self.rows
-        if self.shape[3]:  # one row
-            row = rows[0]
-            return [*keys[0], *[row[n] for n in self.names]]
-        columns: List[Any] = [[key[i] for key in keys] for i in range(len(keys[0]))]
-        columns.extend([row[n] for row in rows] for n in self.names)
-        return _source_params(columns, self.shape[3])
+        names = self.names
+        records = [[*key, *[row[n] for n in names]] for key, row in zip(self.keys, self.rows, strict=True)]
+        return _source_params(records, self.shape[3])
 
     def check(self, value: Any) -> None:
         _missing(self.spec, self.keys, value)
@@ -275,11 +269,8 @@ class _Upsert(_Op):
         )
 
     def params(self) -> List[Any]:
-        rows = self.rows
-        if self.shape[3]:  # one row
-            row = rows[0]
-            return [row[c] for c in self.spec.column_names]
-        return _source_params(([row[c] for row in rows] for c in self.spec.column_names), False)
+        cols = self.spec.column_names
+        return _source_params([[row[c] for c in cols] for row in self.rows], self.shape[3])
 
 
 class _Delete(_Op):
@@ -303,8 +294,7 @@ class _Delete(_Op):
         )
 
     def params(self) -> List[Any]:
-        keys = self.keys
-        return _source_params(([key[i] for key in keys] for i in range(len(keys[0]))), self.shape[2])
+        return _source_params(self.keys, self.shape[2])
 
     def check(self, value: Any) -> None:
         _missing(self.spec, self.keys, value)
@@ -629,16 +619,8 @@ class WriteBatch:
             self._versioned(),
         )
         params: List[Any] = []
-        for spec, rows in guards.values():
-            if len(rows) == 1:  # one row: its key and version
-                for key, version in rows.items():
-                    params.extend(key)
-                    params.append(version)
-                params.append(1)
-                continue
-            columns: List[Any] = [[key[i] for key in rows] for i in range(len(spec.primary_keys))]
-            columns.append(list(rows.values()))
-            params.extend(_source_params(columns, False))
+        for _, rows in guards.values():
+            params.extend(_source_params([(*key, version) for key, version in rows.items()], len(rows) == 1))
             params.append(len(rows))
         if latest is not NO_GUARD:
             params.append(latest)
