@@ -28,16 +28,16 @@ import statistics
 import sys
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Dict, List, Tuple
+from typing import Awaitable, Callable, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pg_backends import proc_cpu_seconds  # noqa: E402
+from pg_backends import BackendCpuSampler  # noqa: E402
+from store_inprocess import DEFAULT_POSTGRES_URL, _drop_postgres_schema, w_cycle  # noqa: E402
 
 from rollouthub.cli import plain_text  # noqa: E402
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-Cycle = Callable[[int], Awaitable[None]]
+Cycles = Callable[[int], Awaitable[int]]
+"""Runs n cycles."""
 
 
 def _client_cpu() -> float:
@@ -45,18 +45,15 @@ def _client_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _measure(cycle: Cycle, backend_pids: Callable[[], Awaitable[List[int]]], n: int) -> Tuple[float, ...]:
+async def _measure(cycles: Cycles, sampler: BackendCpuSampler, n: int) -> Tuple[float, ...]:
     """(cycles/s, wall ms, client CPU ms, backend CPU ms) per cycle over ``n`` cycles after 50 warm-up cycles."""
-    for i in range(50):
-        await cycle(-1 - i)
-    pids = await backend_pids()
-    backend0 = sum(proc_cpu_seconds(pid) for pid in pids)
+    await cycles(50)
+    backends = await sampler.sample()
     client0, start = _client_cpu(), time.perf_counter()
-    for i in range(n):
-        await cycle(i)
+    await cycles(n)
     wall = time.perf_counter() - start
     client = _client_cpu() - client0
-    backend = sum(proc_cpu_seconds(pid) for pid in pids) - backend0
+    backend = BackendCpuSampler.delta(backends, await sampler.sample())
     return n / wall, wall / n * 1e3, client / n * 1e3, backend / n * 1e3
 
 
@@ -65,7 +62,9 @@ async def run_floor(url: str, n: int, synchronous_commit: bool) -> Tuple[float, 
     import asyncpg
 
     schema = f"rh_floor_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(url, server_settings={"synchronous_commit": "on" if synchronous_commit else "off"})
+    app = f"rh-floor-{uuid.uuid4().hex[:8]}"
+    settings = {"application_name": app, "synchronous_commit": "on" if synchronous_commit else "off"}
+    conn = await asyncpg.connect(url, server_settings=settings)
     try:
         await conn.execute(
             f'CREATE SCHEMA "{schema}"; SET search_path = "{schema}";'
@@ -73,69 +72,49 @@ async def run_floor(url: str, n: int, synchronous_commit: bool) -> Tuple[float, 
             "CREATE TABLE a (id text PRIMARY KEY, rid text, status text);"
             "CREATE TABLE w (id text PRIMARY KEY, status text, t float8)"
         )
+        done = 0
 
-        async def cycle(i: int) -> None:
-            await conn.execute("INSERT INTO r VALUES ($1, 'queuing', $2::jsonb)", f"r{i}", '{"task": 1}')
-            await conn.execute(
-                "WITH u AS (UPDATE r SET status = 'preparing' WHERE id = $1) INSERT INTO a VALUES ($2, $1, 'preparing')",
-                f"r{i}",
-                f"a{i}",
-            )
-            await conn.execute(
-                "WITH u AS (UPDATE a SET status = 'succeeded' WHERE id = $2), "
-                "u2 AS (UPDATE r SET status = 'succeeded' WHERE id = $1) "
-                "INSERT INTO w VALUES ('bench', 'idle', $3) ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
-                "t = excluded.t",
-                f"r{i}",
-                f"a{i}",
-                time.time(),
-            )
+        async def cycles(count: int) -> int:
+            nonlocal done
+            for i in range(done, done + count):
+                await conn.execute("INSERT INTO r VALUES ($1, 'queuing', $2::jsonb)", f"r{i}", '{"task": 1}')
+                await conn.execute(
+                    "WITH u AS (UPDATE r SET status = 'preparing' WHERE id = $1) "
+                    "INSERT INTO a VALUES ($2, $1, 'preparing')",
+                    f"r{i}",
+                    f"a{i}",
+                )
+                await conn.execute(
+                    "WITH u AS (UPDATE a SET status = 'succeeded' WHERE id = $2), "
+                    "u2 AS (UPDATE r SET status = 'succeeded' WHERE id = $1) "
+                    "INSERT INTO w VALUES ('bench', 'idle', $3) ON CONFLICT (id) DO UPDATE "
+                    "SET status = excluded.status, t = excluded.t",
+                    f"r{i}",
+                    f"a{i}",
+                    time.time(),
+                )
+            done += count
+            return count
 
-        async def pids() -> List[int]:
-            return [await conn.fetchval("SELECT pg_backend_pid()")]
-
-        return await _measure(cycle, pids, n)
+        return await _measure(cycles, BackendCpuSampler(url, app), n)
     finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()
+        await _drop_postgres_schema(url, schema)
 
 
 async def run_store(url: str, n: int) -> Tuple[float, ...]:
-    """The store's enqueue -> dequeue -> update_attempt cycle."""
-    import asyncpg
-
+    """The store's enqueue -> dequeue -> update_attempt cycle (``store_inprocess.py``'s own)."""
     from rollouthub.store.sql import SqlLightningStore
 
     schema = f"rh_floor_{uuid.uuid4().hex[:10]}"
-    app = f"rh-floor-{uuid.uuid4().hex[:8]}"
-    store = SqlLightningStore(url, schema=schema)
-    monitor = await asyncpg.connect(url)
-    original_connect = asyncpg.connect
-
-    async def tagged(*args: Any, **kwargs: Any) -> Any:  # name the store's connections to find their backends
-        kwargs["server_settings"] = {**(kwargs.get("server_settings") or {}), "application_name": app}
-        return await original_connect(*args, **kwargs)
-
-    asyncpg.connect = tagged  # type: ignore[assignment]
+    app = f"rh-floor-{uuid.uuid4().hex[:8]}"  # the store names its connections after the URL's application_name
+    store = SqlLightningStore(f"{url}{'&' if '?' in url else '?'}application_name={app}", schema=schema)
     try:
         await store.initialize()
-
-        async def cycle(i: int) -> None:
-            await store.enqueue_rollout({"task": i})
-            claimed = await store.dequeue_rollout(worker_id="bench")
-            assert claimed is not None
-            await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
-
-        async def pids() -> List[int]:
-            rows = await monitor.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = $1", app)
-            return [row[0] for row in rows]
-
-        return await _measure(cycle, pids, n)
+        return await _measure(lambda count: w_cycle(store, count), BackendCpuSampler(url, app), n)
     finally:
-        asyncpg.connect = original_connect  # type: ignore[assignment]
         await store.close()
-        await monitor.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await monitor.close()
+        await _drop_postgres_schema(url, schema)
 
 
 async def main() -> None:
@@ -145,7 +124,9 @@ async def main() -> None:
     parser.add_argument("--cycles", type=int, default=1000, help="measured cycles per run (after 50 warm-up cycles)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds; each runs the three variants in turn")
     args = parser.parse_args()
-    url = os.environ.get("ROLLOUTHUB_BENCH_POSTGRES_URL", DEFAULT_URL).replace("postgresql+asyncpg://", "postgresql://")
+    url = os.environ.get("ROLLOUTHUB_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL).replace(
+        "postgresql+asyncpg://", "postgresql://"
+    )
     variants: Dict[str, Callable[[], Awaitable[Tuple[float, ...]]]] = {
         "floor": lambda: run_floor(url, args.cycles, True),
         "floor, synchronous_commit=off": lambda: run_floor(url, args.cycles, False),
