@@ -29,7 +29,7 @@ class _PassUp:
         yield self.value
 
 
-async def overlapped(coro: Coroutine[Any, Any, T], work: Callable[[], W]) -> Tuple[T, Optional[W]]:
+async def overlapped(coro: Coroutine[Any, Any, T], work: Callable[[], W]) -> Tuple[T, W]:
     """Run ``coro`` until it first waits, run ``work()``, then finish ``coro``: ``(coro's result, work's result)``.
 
     ``work`` must not change shared state (it runs whether or not ``coro`` then succeeds; use its result only after
@@ -40,7 +40,7 @@ async def overlapped(coro: Coroutine[Any, Any, T], work: Callable[[], W]) -> Tup
     except StopIteration as done:  # finished without waiting
         return done.value, work()
     failure: Optional[BaseException] = None
-    extra: Optional[W] = None
+    extra: Any = None  # work()'s result: returned only when work() returned
     try:
         extra = work()
     except BaseException as exc:  # noqa: BLE001 -- raised below, once coro is done

@@ -719,7 +719,7 @@ class WriteBatch:
         import asyncpg
 
         try:
-            rows, (after, new_rollouts) = await overlapped(unit.fetch_sql(sql, params), follow)  # type: ignore[misc]
+            rows, (after, new_rollouts) = await overlapped(unit.fetch_sql(sql, params), follow)
         except asyncpg.UniqueViolationError as exc:
             if getattr(exc, "table_name", None) == "span_sequence_ids":  # a counter created concurrently
                 raise GuardConflict("a counter the unit creates was created concurrently") from None
@@ -738,9 +738,9 @@ class WriteBatch:
                 op.check(next(reported))
         if pop is not None:
             backend.queue_mirror.discard(pop.seqs)
-        if new_rollouts is not None:  # committed: this process knows these entries
+        if new_rollouts is not None and enqueue is not None:  # committed: this process knows these entries
             mirror = backend.queue_mirror
-            for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):  # type: ignore[union-attr]
+            for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):
                 found = new_rollouts.get(value)
                 mirror.add(seq, [found, row[-1]] if found is not None else None)
         if after is not None:
