@@ -47,16 +47,12 @@ async def overlapped(coro: Coroutine[Any, Any, T], work: Callable[[], W]) -> Tup
         failure = exc
     while True:
         try:
-            await _PassUp(waiting)
-        except BaseException as exc:  # what the task throws in (a failed future, a cancellation): coro handles it
             try:
+                await _PassUp(waiting)
+            except BaseException as exc:  # what the task throws in (a failed future, a cancellation): coro handles it
                 waiting = coro.throw(exc)
-            except StopIteration as done:
-                result = done.value
-                break
-            continue
-        try:
-            waiting = coro.send(None)
+            else:
+                waiting = coro.send(None)
         except StopIteration as done:
             result = done.value
             break
