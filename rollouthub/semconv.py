@@ -14,6 +14,7 @@ __all__ = [
     "AGL_OPERATION",
     "AGL_REWARD",
     "AGL_VIRTUAL",
+    "POLICY_VERSION_ATTRIBUTE",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "RewardAttributes",
@@ -29,6 +30,11 @@ AGL_EXCEPTION = "agentlightning.exception"
 AGL_OPERATION = "agentlightning.operation"
 AGL_REWARD = "agentlightning.reward"
 AGL_VIRTUAL = "agentlightning.virtual"
+
+POLICY_VERSION_ATTRIBUTE = "rollouthub.policy_version"
+"""LLM-call span attribute: the version of the policy (model weights) that served the call, as an integer. Written by
+the LLM proxy (from its local policy backend, or from the ``policy_version`` of the model's ``model_info``) and read
+by the token-level trajectories (``rollouthub.adapter.trajectory``) to tell on-policy samples from stale ones."""
 
 
 class LightningResourceAttributes(Enum):
