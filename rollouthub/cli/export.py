@@ -1,5 +1,5 @@
-"""``rollouthub export``: training data out of a store -- chat messages (SFT), triplets (RL), preference pairs or
-per-rollout rewards, as JSONL (default) or Parquet.
+"""``rollouthub export``: training data out of a store -- chat messages (SFT), triplets (RL), preference pairs,
+per-rollout rewards or token-level trajectories (RL), as JSONL (default) or Parquet.
 
 Exit status: 0 on success, 1 when the source cannot be read or an extra is missing, 2 for invalid arguments.
 """
@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollouthub export",
         description="Export rollouts as training data: messages (chat SFT), triplets (RL), preferences "
-        "(chosen/rejected pairs) or rewards (one line per rollout). JSONL by default; Parquet with the "
-        "[parquet] extra. Rows come in rollout start-time order; progress and a summary go to stderr.",
+        "(chosen/rejected pairs), rewards (one line per rollout) or trajectories (token ids, masks and serving "
+        "log-probabilities for RL). JSONL by default; Parquet with the [parquet] extra. Rows come in rollout "
+        "start-time order; progress and a summary go to stderr.",
     )
     parser.add_argument("format", choices=EXPORT_FORMATS, help="What to export.")
     source = parser.add_argument_group("source (default: --db ./rollouthub.db)")
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["all", "best-worst"],
         default="all",
         help="preferences: every pair with different rewards (default) or best against worst per input.",
+    )
+    parser.add_argument(
+        "--level",
+        choices=["trajectory", "transition"],
+        help="trajectories: one row per trajectory, consecutive LLM calls of an attempt merged (default), or one "
+        "row per LLM call (transition).",
     )
     parser.add_argument("--page-size", type=int, default=200, help="Rollouts per store query (default: 200).")
     parser.add_argument("-q", "--quiet", action="store_true", help="No progress bar and no summary.")
@@ -118,6 +125,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("give either --store or --db, not both")
     if args.page_size < 1:
         parser.error("--page-size must be at least 1")
+    if args.level is not None and args.format != "trajectories":
+        parser.error("--level applies to the trajectories format only")
     try:
         selection = _selection(args)
     except ValueError as exc:
@@ -184,6 +193,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     pairing=args.pairs,
                     page_size=args.page_size,
                     on_progress=on_progress,
+                    level=args.level or "trajectory",
                 )
             )
         finally:

@@ -10,7 +10,11 @@ Formats (one row per line in JSONL, or Parquet with the ``[parquet]`` extra):
   ``final_reward``, ``step`` index and ids -- for RL;
 * ``preferences`` -- for each input with two or more finished rollouts of different final rewards, ``prompt`` /
   ``chosen`` / ``rejected`` pairs (the layout of preference-tuning libraries) with both rewards and rollout ids;
-* ``rewards`` -- one row per rollout: ids, status, times and final reward (what the dashboard's learning curve reads).
+* ``rewards`` -- one row per rollout: ids, status, times and final reward (what the dashboard's learning curve reads);
+* ``trajectories`` -- token-level RL samples (:func:`rollouthub.adapter.build_trajectories`): ``prompt_ids``,
+  ``response_ids``, ``response_mask`` (1 on sampled tokens, 0 on tool/user tokens spliced in), the serving engine's
+  ``response_logprobs``, rewards, policy version and group id; ``level="trajectory"`` (default: consecutive calls of
+  an attempt merged) or ``"transition"`` (one row per LLM call).
 
 Rows come in rollout start-time order; the store is read page by page, so memory stays bounded whatever its size.
 
@@ -25,6 +29,8 @@ import asyncio
 import os
 import sys
 from typing import Any, Optional
+
+from rollouthub.types import TRAJECTORY_LEVELS, TrajectoryLevel
 
 from .selection import EXPORT_FORMATS, FINISHED_STATUSES, ExportFormat, ExportSelection, Pairing
 from .sources import ExportSourceError, open_source
@@ -65,6 +71,7 @@ async def export_async(
     pairing: Pairing = "all",
     page_size: int = DEFAULT_PAGE_SIZE,
     on_progress: Optional[ProgressCallback] = None,
+    level: TrajectoryLevel = "trajectory",
     **selection_fields: Any,
 ) -> ExportSummary:
     """Export ``format`` rows to ``output`` (a path; ``None`` or ``"-"`` = stdout, JSONL only) and return the summary.
@@ -72,10 +79,13 @@ async def export_async(
     Read from ``store_url`` (with ``api_token``) or ``database`` (a SQLite file or SQL URL). Select rollouts with
     ``selection`` or its fields as keywords (``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in``,
     ``since``, ``until``, ``min_reward``, ``max_reward``; see :class:`ExportSelection`). ``file_format`` is
-    ``"jsonl"`` or ``"parquet"`` (default: from the output's extension). A failed export leaves no partial file.
+    ``"jsonl"`` or ``"parquet"`` (default: from the output's extension). ``level``: ``trajectories`` rows per merged
+    trajectory (default) or per LLM call (``"transition"``). A failed export leaves no partial file.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    if level not in TRAJECTORY_LEVELS:
+        raise ValueError(f"unknown trajectory level {level!r}; use one of {', '.join(TRAJECTORY_LEVELS)}")
     if selection is None:
         selection = ExportSelection(**selection_fields)
     elif selection_fields:
@@ -98,6 +108,7 @@ async def export_async(
                     page_size=page_size,
                     summary=summary,
                     on_progress=on_progress,
+                    level=level,
                 ):
                     writer.write(row)
             finally:

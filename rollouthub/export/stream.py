@@ -4,14 +4,13 @@ small index entry per selected rollout, see :func:`iter_export_rows`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Optional, Set, Tuple
 
-from rollouthub.types import Rollout, Span
+from rollouthub.adapter.trajectory import build_trajectories, input_group_id
+from rollouthub.types import Rollout, Span, TrajectoryLevel
 
 from . import rows as row_builders
 from .reward_cache import FinalRewardCache
@@ -40,10 +39,16 @@ class ExportSummary:
     rollouts_selected: int = 0
     rollouts_exported: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    notes: Counter[str] = field(default_factory=Counter)
+    """Things counted inside exported rollouts (``trajectories``: calls without token ids, prompt mismatches...)."""
 
     def skip(self, reason: str, count: int = 1) -> None:
         """Count ``count`` rollouts skipped for ``reason``."""
         self.skipped[reason] += count
+
+    def note(self, what: str, count: int = 1) -> None:
+        """Count ``count`` occurrences of ``what`` inside the exported rollouts."""
+        self.notes[what] += count
 
     def describe(self) -> str:
         """One line, e.g. ``"120 rows from 118 of 124 rollouts; skipped 6: 4 no LLM call, 2 no final reward"``."""
@@ -52,6 +57,8 @@ class ExportSummary:
         if self.skipped:
             reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items(), key=lambda kv: -kv[1]))
             text += f"; skipped {sum(self.skipped.values())}: {reasons}"
+        if self.notes:
+            text += "; " + ", ".join(f"{n} {what}" for what, n in sorted(self.notes.items(), key=lambda kv: -kv[1]))
         return text
 
     def as_dict(self) -> Dict[str, Any]:
@@ -62,6 +69,7 @@ class ExportSummary:
             "rollouts_selected": self.rollouts_selected,
             "rollouts_exported": self.rollouts_exported,
             "skipped": dict(self.skipped),
+            "notes": dict(self.notes),
         }
 
 
@@ -142,11 +150,7 @@ async def _final_reward_of(
 
 
 def _input_key(value: Any) -> bytes:
-    try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+    return bytes.fromhex(input_group_id(value))
 
 
 async def iter_export_rows(
@@ -159,6 +163,7 @@ async def iter_export_rows(
     summary: Optional[ExportSummary] = None,
     on_progress: Optional[ProgressCallback] = None,
     rewards: Optional[FinalRewardCache] = None,
+    level: TrajectoryLevel = "trajectory",
 ) -> AsyncIterator[Dict[str, Any]]:
     """Rows of ``format`` for the rollouts of ``selection``, in rollout start-time order (deterministic).
 
@@ -171,6 +176,9 @@ async def iter_export_rows(
     ``rewards``: a cache of final rewards shared between exports (the store server's): every final reward computed
     here is stored in it, and ``rewards`` rows and the first ``preferences`` pass take the rewards it holds instead of
     reading the spans (see :mod:`rollouthub.export.reward_cache`).
+
+    ``level``: the level of ``trajectories`` rows (``trajectory`` or ``transition``); what the builder skipped or
+    split inside the rollouts is counted in ``summary.notes``.
     """
     selection = selection or ExportSelection()
     summary = summary if summary is not None else ExportSummary(format)
@@ -207,6 +215,14 @@ async def iter_export_rows(
                 built = row_builders.messages_rows(rollout, attempt_id, spans)
             elif format == "triplets":
                 built = row_builders.triplet_rows(rollout, attempt_id, spans, triplet_adapter)
+            elif format == "trajectories":
+                trajectories = build_trajectories(spans, level=level, rollout=rollout)
+                for what, count in trajectories.counts().items():
+                    summary.note(what, count)
+                built = row_builders.trajectory_rows(rollout, attempt_id, trajectories)
+                if not built and trajectories.calls:
+                    summary.skip("no LLM call with token ids")
+                    continue
             else:
                 built = [row_builders.reward_row(rollout, attempt_id, reward)]
         except ValueError as exc:

@@ -2,9 +2,10 @@
 
 * ``GET /v1/agl/export?format=...`` streams :mod:`rollouthub.export` rows as JSONL (``application/x-ndjson``, an
   attachment named ``rollouthub-<format>.jsonl``), reading the store page by page: the server's memory stays bounded
-  whatever the store holds. Query parameters: ``format`` (``messages``, ``triplets``, ``preferences``, ``rewards``),
-  ``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in`` (repeated), ``since``, ``until``,
-  ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``) -- validated before anything is read:
+  whatever the store holds. Query parameters: ``format`` (``messages``, ``triplets``, ``preferences``, ``rewards``,
+  ``trajectories``), ``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in`` (repeated), ``since``,
+  ``until``, ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``), ``level``
+  (``trajectory``/``transition``, for ``trajectories``) -- validated before anything is read:
   a bad or unknown parameter is a 400 naming it. Every export shares the server's cache of final rewards
   (:class:`rollouthub.export.reward_cache.FinalRewardCache` in ``app.state.reward_cache``, at most
   ``ROLLOUTHUB_REWARD_CACHE_ENTRIES`` entries, default 100 000; ``0`` disables it): the dashboard's learning curve
@@ -31,7 +32,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from .pipeline import Call
 from .routing import REQUIRED, Query, Route
 
-__all__ = ["export_routes", "parse_export_query"]
+__all__ = ["export_routes", "parse_export_query", "parse_trajectory_level"]
 
 _LIST_PARAMS = ("status_in", "mode_in", "resources_id_in", "rollout_id_in")
 _NUMBER_PARAMS = ("since", "until", "min_reward", "max_reward")
@@ -52,11 +53,11 @@ def parse_export_query(params: QueryParams) -> tuple[str, str, Any]:
     """``(format, pairs, ExportSelection)`` from the query parameters; ``HTTPException(400)`` naming the bad one."""
     from rollouthub.export.selection import EXPORT_FORMATS, ExportSelection
 
-    known = {"format", "pairs", *_LIST_PARAMS, *_NUMBER_PARAMS}
+    known = {"format", "pairs", "level", *_LIST_PARAMS, *_NUMBER_PARAMS}
     for key in params.keys():
         if key not in known:
             raise _bad(key, f"unknown parameter (allowed: {', '.join(sorted(known))})")
-    for key in ("format", "pairs", *_NUMBER_PARAMS):
+    for key in ("format", "pairs", "level", *_NUMBER_PARAMS):
         if len(params.getlist(key)) > 1:
             raise _bad(key, "given more than once")
     format = params.get("format")
@@ -83,6 +84,21 @@ def parse_export_query(params: QueryParams) -> tuple[str, str, Any]:
     return format, pairs, selection
 
 
+def parse_trajectory_level(params: QueryParams, format: str) -> str:
+    """The ``level`` of a ``trajectories`` export (default ``trajectory``); ``HTTPException(400)`` when it is invalid
+    or given for another format."""
+    from rollouthub.types import TRAJECTORY_LEVELS
+
+    level = params.get("level")
+    if level is None:
+        return "trajectory"
+    if format != "trajectories":
+        raise _bad("level", "applies to format=trajectories only")
+    if level not in TRAJECTORY_LEVELS:
+        raise _bad("level", f"must be one of {', '.join(TRAJECTORY_LEVELS)}")
+    return level
+
+
 def _reward_cache_entries() -> Optional[int]:
     """``$ROLLOUTHUB_REWARD_CACHE_ENTRIES`` (``None`` when unset); ``ValueError`` naming it when invalid."""
     from rollouthub.env_var import resolve_int_env_var
@@ -107,7 +123,9 @@ def _rewards(call: Call, entries: Optional[int]) -> Any:
 async def _export_rows(call: Call, cache_entries: Optional[int]) -> Any:
     # The declared parameters document the route; the whole query string is checked here (unknown or repeated
     # parameters are 400s naming them).
-    kind, pairing, selection = parse_export_query(QueryParams(call.scope["query_string"]))
+    params = QueryParams(call.scope["query_string"])
+    kind, pairing, selection = parse_export_query(params)
+    level = parse_trajectory_level(params, kind)
     from rollouthub.export.stream import iter_export_rows
     from rollouthub.export.writers import encode_jsonl
 
@@ -125,6 +143,7 @@ async def _export_rows(call: Call, cache_entries: Optional[int]) -> Any:
             pairing=pairing,  # type: ignore[arg-type]
             page_size=page_size,
             rewards=rewards,
+            level=level,  # type: ignore[arg-type]
         ):
             line = encode_jsonl(row)
             chunk.append(line)
@@ -158,7 +177,7 @@ async def conversation(call: Call) -> Any:
 
 
 _EXPORT_QUERY = {
-    "format": Query(str, REQUIRED, description="messages, triplets, preferences or rewards"),
+    "format": Query(str, REQUIRED, description="messages, triplets, preferences, rewards or trajectories"),
     "status_in": Query(Optional[List[str]], description="rollout statuses (default: succeeded, failed)"),
     "mode_in": Query(Optional[List[str]]),
     "resources_id_in": Query(Optional[List[str]]),
@@ -168,6 +187,7 @@ _EXPORT_QUERY = {
     "min_reward": Query(Optional[str]),
     "max_reward": Query(Optional[str]),
     "pairs": Query(Optional[str], description="preferences: all (default) or best-worst"),
+    "level": Query(Optional[str], description="trajectories: trajectory (default) or transition"),
 }
 
 
