@@ -57,10 +57,12 @@ class LocalAnswer:
 class BackendStats:
     """Counters of a backend since it was created.
 
-    ``batch_sizes`` maps a batch size (sequences generated together) to how many batches had it.
+    ``requests`` counts the calls admitted, ``refused`` those answered 429 during weight updates; ``batch_sizes``
+    maps a batch size (sequences generated together) to how many batches had it.
     """
 
     requests: int
+    refused: int
     batches: int
     sequences: int
     generated_tokens: int
@@ -156,7 +158,13 @@ class LocalPolicyBackend:
         self._closed = False
         self._queue: queue.Queue[Any] = queue.Queue()
         self._worker: Optional[threading.Thread] = None
-        self._counts: Dict[str, int] = {"requests": 0, "batches": 0, "sequences": 0, "generated_tokens": 0}
+        self._counts: Dict[str, int] = {
+            "requests": 0,
+            "refused": 0,
+            "batches": 0,
+            "sequences": 0,
+            "generated_tokens": 0,
+        }
         self._batch_sizes: Dict[int, int] = collections.Counter()
 
     @classmethod
@@ -229,6 +237,7 @@ class LocalPolicyBackend:
             if self._closed:
                 raise LocalRequestError(503, "The local policy backend is closed.", error_type="service_unavailable")
             if self._held:
+                self._counts["refused"] += 1
                 raise LocalRequestError(
                     429,
                     f"The policy's weights are being updated; retry in {self.retry_after_s:g} s.",
@@ -495,21 +504,21 @@ class LocalPolicyBackend:
         keys are always an error. Call it inside :meth:`weight_update`, or outside when no call is in flight (then
         it holds calls while copying and bumps the policy version itself).
         """
-        expected = self._model.state_dict()
-        unknown = [key for key in state_dict if key not in expected]
-        missing = [key for key in expected if key not in state_dict] if strict else []
-        if unknown or missing:
-            what = f"unknown key {unknown[0]!r}" if unknown else f"missing key {missing[0]!r}"
-            raise ValueError(
-                f"LocalPolicyBackend.load_state_dict: {what} ({len(unknown)} unknown, {len(missing)} missing)"
-            )
-        for key, value in state_dict.items():
-            if tuple(value.shape) != tuple(expected[key].shape):
-                raise ValueError(
-                    f"LocalPolicyBackend.load_state_dict: {key!r} has shape {tuple(value.shape)}, the model's is "
-                    f"{tuple(expected[key].shape)}"
-                )
         with self._exclusive():
+            expected = self._model.state_dict()
+            unknown = [key for key in state_dict if key not in expected]
+            missing = [key for key in expected if key not in state_dict] if strict else []
+            if unknown or missing:
+                what = f"unknown key {unknown[0]!r}" if unknown else f"missing key {missing[0]!r}"
+                raise ValueError(
+                    f"LocalPolicyBackend.load_state_dict: {what} ({len(unknown)} unknown, {len(missing)} missing)"
+                )
+            for key, value in state_dict.items():
+                if tuple(value.shape) != tuple(expected[key].shape):
+                    raise ValueError(
+                        f"LocalPolicyBackend.load_state_dict: {key!r} has shape {tuple(value.shape)}, the model's is "
+                        f"{tuple(expected[key].shape)}"
+                    )
             self._model.load_state_dict(dict(state_dict), strict=strict)
 
     def set_model(self, model: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rollouthub.llm_proxy.local_backend import LocalPolicyBackend
@@ -18,6 +20,6 @@ def test_constructing_the_backend_without_the_extra_names_it() -> None:
 
 
 @pytest.mark.skipif(TRAIN_INSTALLED, reason="checks the message shown when the [train] extra is absent")
-def test_loading_a_checkpoint_without_the_extra_names_it(tmp_path: pytest.TempPathFactory) -> None:
+def test_loading_a_checkpoint_without_the_extra_names_it(tmp_path: Path) -> None:
     with pytest.raises(MissingExtraError, match=r"rollouthub\[train\]"):
         LocalPolicyBackend.from_pretrained(str(tmp_path))
