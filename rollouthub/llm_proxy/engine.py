@@ -1,4 +1,4 @@
-"""The native LLM-proxy engine: a Starlette app forwarding OpenAI-compatible calls with aiohttp (runtime.md 13.4).
+"""The native LLM-proxy engine: a Starlette app forwarding OpenAI-compatible calls with aiohttp.
 
 Routes (each also reachable under ``/rollout/{rollout_id}/attempt/{attempt_id}`` through
 :class:`~rollouthub.llm_proxy.middleware.RolloutAttemptMiddleware`):

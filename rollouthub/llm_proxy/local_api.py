@@ -65,6 +65,7 @@ _OTHER_KEYS = (
     "logit_bias",
     "response_format",
 )
+_RESERVED_TEMPLATE_KEYS = frozenset({"conversation", "tools", "add_generation_prompt", "tokenize", "return_dict"})
 SUPPORTED_KEYS = frozenset(_SAMPLING_KEYS + _OTHER_KEYS)
 """Request fields the local backend accepts; any other field is rejected with HTTP 400."""
 
@@ -310,6 +311,9 @@ def parse_chat_request(payload: Mapping[str, Any], *, max_n: int) -> ChatRequest
     template_kwargs = payload.get("chat_template_kwargs")
     if template_kwargs is not None and not isinstance(template_kwargs, dict):
         raise _bad("chat_template_kwargs", "must be an object")
+    reserved = sorted(set(template_kwargs or {}) & _RESERVED_TEMPLATE_KEYS)
+    if reserved:
+        raise _bad("chat_template_kwargs", f"may not set {reserved[0]!r} (the backend sets it)")
     return ChatRequest(
         model=model,
         messages=_messages(payload),

@@ -1,4 +1,4 @@
-"""Spans of one proxied call (runtime.md 13.6/13.7), with the attribute schema of the reference's LiteLLM spans.
+"""Spans of one proxied call, with the attribute schema of the reference's LiteLLM spans.
 
 For every call attributed to a rollout the engine records, under one trace:
 

@@ -99,6 +99,8 @@ def test_message_parts_are_joined_into_text() -> None:
         ({"messages": [{"content": "no role"}]}, "messages[0]"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
         ({"model": ""}, "model"),
+        ({"chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": "x"}, "chat_template_kwargs"),
     ],
 )
 def test_invalid_fields_are_a_400_naming_the_field(fields: Dict[str, Any], param: str) -> None:
