@@ -80,6 +80,7 @@ class _Job:
     future: concurrent.futures.Future  # type: ignore[type-arg]
     prompt_ids: List[int] = field(default_factory=list)
     max_tokens: int = 0
+    prepared: bool = False
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> FrozenSet[int]:
@@ -270,33 +271,46 @@ class LocalPolicyBackend:
     def _serve(self) -> None:
         """The worker: collect a batch, generate it, answer its jobs; until :meth:`close`."""
         carried: Deque[_Job] = collections.deque()
-        stopping = False
-        while not stopping:
+        while True:
             first = carried.popleft() if carried else self._queue.get()
             if first is _STOP:
                 break
             batch: List[_Job] = []
-            size = 0
-            deadline = time.monotonic() + self.batch_window_s
-            job: Any = first
-            while True:
-                if job is _STOP:
-                    stopping = True
-                    break
-                if self._prepare(job):
-                    if batch and size + job.request.sampling.n > self.max_batch_size:
-                        carried.append(job)
-                        break
-                    batch.append(job)
-                    size += job.request.sampling.n
-                if size >= self.max_batch_size:
-                    break
-                job = self._next_job(carried, deadline)
-                if job is None:
-                    break
-            if batch:
-                self._run(batch)
+            try:
+                stopping = self._collect(first, batch, carried)
+                if batch:
+                    self._run(batch)
+            except Exception as exc:  # noqa: BLE001 - a bug must not leave callers waiting forever
+                logger.exception("The local policy backend's worker failed.")
+                error = LocalRequestError(500, f"The local policy backend failed: {exc!r}", error_type="server_error")
+                for job in [first, *batch]:
+                    if isinstance(job, _Job) and not job.future.done():
+                        job.future.set_exception(error)
+                stopping = False
+            if stopping:
+                break
         self._fail_queued(carried)
+
+    def _collect(self, first: Any, batch: List[_Job], carried: Deque[_Job]) -> bool:
+        """Fill ``batch`` from ``first`` and the jobs queued within the batch window; a job that does not fit goes
+        to ``carried``. True when :meth:`close` asked the worker to stop."""
+        size = 0
+        deadline = time.monotonic() + self.batch_window_s
+        job: Any = first
+        while True:
+            if job is _STOP:
+                return True
+            if self._prepare(job):
+                if batch and size + job.request.sampling.n > self.max_batch_size:
+                    carried.append(job)
+                    return False
+                batch.append(job)
+                size += job.request.sampling.n
+            if size >= self.max_batch_size:
+                return False
+            job = self._next_job(carried, deadline)
+            if job is None:
+                return False
 
     def _next_job(self, carried: Deque[_Job], deadline: float) -> Any:
         """The next queued job before ``deadline`` (jobs already queued are taken even after it), else ``None``."""
@@ -310,7 +324,9 @@ class LocalPolicyBackend:
 
     def _prepare(self, job: _Job) -> bool:
         """Take the job (False when its caller gave up), render and tokenize the prompt and fix the token budget;
-        a bad request fails alone (False)."""
+        a bad request fails alone (False). A job carried over to the next batch is prepared already."""
+        if job.prepared:
+            return True
         if not job.future.set_running_or_notify_cancel():
             return False
         request = job.request
@@ -324,6 +340,7 @@ class LocalPolicyBackend:
             )
             job.prompt_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
             job.max_tokens = self._token_budget(request, len(job.prompt_ids))
+            job.prepared = True
         except LocalRequestError as exc:
             job.future.set_exception(exc)
             return False

@@ -64,10 +64,15 @@ async def test_concurrent_requests_are_batched_and_greedy_answers_match_one_by_o
 
 
 async def test_a_batch_never_exceeds_max_batch_size(backend: Any) -> None:
-    answers = await asyncio.gather(*(backend.chat_completion(chat(q, n=2, max_tokens=3)) for q in QUESTIONS))
-    assert all(len(a.body["choices"]) == 2 for a in answers)
+    """A request that does not fit the batch being collected starts the next one (n counts its sequences)."""
+    sizes = [3, 2, 3, 1, 4]
+    answers = await asyncio.gather(
+        *(backend.chat_completion(chat(q, n=n, max_tokens=3)) for q, n in zip(QUESTIONS + ["x"], sizes, strict=True))
+    )
+    assert [len(a.body["choices"]) for a in answers] == sizes
     stats = backend.stats()
-    assert stats.max_batch_size <= 4 and stats.sequences == 8
+    assert stats.max_batch_size <= 4 and stats.sequences == sum(sizes) and stats.requests == len(sizes)
+    assert stats.batches >= 4 and backend.calls_in_flight == 0
 
 
 async def test_seed_temperature_and_n(backend: Any) -> None:
