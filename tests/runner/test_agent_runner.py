@@ -634,7 +634,9 @@ async def test_thread_heartbeat_skips_stale_snapshots(
             event.set()
             await asyncio.wait_for(task, timeout=10)
     worker = await _worker(store, "Worker-4")
-    assert worker is not None and worker.heartbeat_stats == {"cpu_usage_pct": 2.0}
+    # The last heartbeat (runner stopped) reports the last snapshot taken.
+    assert worker is not None
+    assert worker.heartbeat_stats == {"cpu_usage_pct": 2.0, "heartbeat_interval": 0.1, "runner_state": "stopped"}
 
 
 def test_run_context_logs_teardown_errors_and_uses_worker_id(
