@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Iterator, List
+from typing import Any, List
 
 import pytest
 
@@ -27,14 +27,6 @@ REWARD_SPAN = "agentlightning.annotation"
 @pytest.fixture()
 def debug() -> Any:
     return load_example("apo_debug")
-
-
-@pytest.fixture()
-def mock_llm(debug: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
-    with MockOpenAIServer(reply=debug.mock_reply) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-        yield server
 
 
 def _script(mode: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ import logging
 import os
 import subprocess
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -22,14 +22,6 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture()
 def example() -> Any:
     return load_example("apo_custom_algorithm_trainer")
-
-
-@pytest.fixture()
-def mock_llm(example: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
-    with MockOpenAIServer(reply=example.mock_reply) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-        yield server
 
 
 async def _check_store(store: Any, example: Any) -> None:

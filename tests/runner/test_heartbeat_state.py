@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 
@@ -14,7 +14,7 @@ from rollouthub.litagent import LitAgent
 from rollouthub.runner import LitAgentRunner
 from rollouthub.runner.agent import STOPPED_HEARTBEAT_TIMEOUT_SECONDS
 from rollouthub.store import InMemoryLightningStore
-from rollouthub.tracer import OtelTracer, clear_active_tracer, get_active_tracer
+from rollouthub.tracer import OtelTracer
 from rollouthub.types import PromptTemplate
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,15 +25,6 @@ class OneAgent(LitAgent[Any]):
 
     def training_rollout(self, task: Any, resources: Any, rollout: Any) -> float:
         return 1.0
-
-
-@pytest.fixture(autouse=True)
-def _clean_active_tracer() -> Iterator[None]:
-    while get_active_tracer() is not None:
-        clear_active_tracer()
-    yield
-    while get_active_tracer() is not None:
-        clear_active_tracer()
 
 
 async def _stats(store: InMemoryLightningStore, worker_id: str) -> Dict[str, Any]:
