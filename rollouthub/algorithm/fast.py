@@ -155,11 +155,15 @@ class Baseline(FastAlgorithm):
                 if current.status in _TERMINAL:
                     return current
                 next_look = time.monotonic() + self.polling_interval
+            waited_from = time.monotonic()
             finished = await store.wait_for_rollouts(rollout_ids=[rollout_id], timeout=step)
             if finished:
                 if finished[0].status != last_status:
                     logger.info("[Rollout %s] Status changed to %s.", rollout_id, finished[0].status)
                 return finished[0]
+            early = step - (time.monotonic() - waited_from)
+            if early > 0:  # a store that answered at once (e.g. the rollout is gone): keep the pace, do not spin
+                await asyncio.sleep(early)
 
     async def _harvest(self, store: LightningStore, rollout_id: str) -> None:
         """Wait for one rollout to finish, then log its attempts, spans and adapted data."""

@@ -27,10 +27,10 @@ T_task = TypeVar("T_task")
 HeartbeatLaunchMode = Literal["thread", "asyncio"]
 
 _MIN_WAIT_SECONDS = 0.01
+_STALE_GRACE_SECONDS = 1.0
 
 STOPPED_HEARTBEAT_TIMEOUT_SECONDS = 2.0
 """Longest wait for the last heartbeat of a stopping runner (the one that says ``runner_state: stopped``)."""
-_STALE_GRACE_SECONDS = 1.0
 
 
 def _is_readable_span(value: Any) -> bool:
