@@ -1,9 +1,12 @@
-"""Debugging recipes for the scenario-B agent (runtime.md 18.1/18.2), offline against the mock LLM.
+"""Debugging recipes for the scenario-B agent, offline against the mock LLM.
 
-* ``runner``  -- run one task with :meth:`LitAgentRunner.step` and an :class:`OtelTracer`, outside any Trainer;
-* ``hook``    -- the same with a :class:`Hook` that prints the trace seen in ``on_trace_end``;
-* ``trainer`` -- ``Trainer(n_workers=1, initial_resources=...).dev(agent, dataset)``: the ``Baseline`` algorithm
-  enqueues two tasks and logs what comes back.
+* ``runner``  -- run one task with :meth:`LitAgentRunner.step` and an :class:`OtelTracer`, outside any Trainer, and
+  print the rollout's spans: the agent's two OpenAI calls (traced by the native OpenAI instrumentation the tracer
+  applies) and the reward;
+* ``hook``    -- the same with a :class:`Hook` that prints a line at every hook call, with the trace seen in
+  ``on_trace_end``;
+* ``trainer`` -- ``Trainer(n_runners=1, initial_resources=...).dev(agent, dataset)``: the ``Baseline`` algorithm
+  enqueues two tasks and logs what comes back (status, how long each ran, spans, adapted data).
 
     python examples/apo_debug.py --mode runner
     python examples/apo_debug.py --mode hook
@@ -38,18 +41,32 @@ TASKS = ["Why is the sky blue?", "Why is grass green?"]
 
 
 class DebugHook(Hook):
-    """Prints the spans the tracer holds at the end of the trace (the reward span is written afterwards)."""
+    """Prints a line for every hook call: the rollout, and the spans the tracer holds at the end of the trace (the
+    LLM calls; the reward span of a returned float is written afterwards)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: List[Any] = []
 
+    async def on_rollout_start(self, *, agent: Any, runner: Any, rollout: Rollout) -> None:
+        """Print the rollout about to run."""
+        print(f"[hook] on_rollout_start: rollout {rollout.rollout_id} (mode {rollout.mode}), input {rollout.input!r}")
+
+    async def on_trace_start(self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout) -> None:
+        """Print the tracer that records the rollout."""
+        print(f"[hook] on_trace_start: {type(tracer).__name__} records rollout {rollout.rollout_id}")
+
     async def on_trace_end(self, *, agent: Any, runner: Any, tracer: Any, rollout: Rollout) -> None:
         """Record and print the last trace."""
         spans = tracer.get_last_trace()
         self.seen.extend(spans)
+        print(f"[hook] on_trace_end: {len(spans)} span(s) in the trace of rollout {rollout.rollout_id}")
         for span in spans:
-            print(f"[hook] {rollout.rollout_id}: span {getattr(span, 'name', span)}")
+            print(f"[hook]   span {getattr(span, 'name', span)}")
+
+    async def on_rollout_end(self, *, agent: Any, runner: Any, rollout: Rollout, spans: Any) -> None:
+        """Print how many spans the rollout ended with."""
+        print(f"[hook] on_rollout_end: rollout {rollout.rollout_id} done, {len(spans)} span(s) given to the hook")
 
 
 async def debug_with_runner(hooks: Optional[List[Hook]] = None) -> tuple[Rollout, InMemoryLightningStore]:

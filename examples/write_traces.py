@@ -1,4 +1,4 @@
-"""Scenario A (runtime spec 18.2): write traces into a LightningStore.
+"""Scenario A: write traces into a LightningStore.
 
 Modes:
 
@@ -20,7 +20,8 @@ Run::
     rollouthub store --backend memory --port 45993 &
     python examples/write_traces.py operation --use-client --port 45993
 
-Each mode checks what landed in the store and exits with status 0 on success.
+Each mode writes its spans to a new rollout, then marks the rollout's attempt ``succeeded`` (as a runner does when an
+agent returns), checks what landed in the store and exits with status 0 on success.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from rollouthub.cli import plain_text
 from rollouthub.emitter import emit_reward, find_final_reward, get_rewards_from_span, operation
 from rollouthub.store import InMemoryLightningStore, LightningStore
 from rollouthub.tracer import AgentOpsTracer, OtelTracer
-from rollouthub.types import Span
+from rollouthub.types import AttemptedRollout, Span
 from rollouthub.utils.otel import (
     extract_links_from_attributes,
     extract_tags_from_attributes,
@@ -50,6 +51,11 @@ logger = logging.getLogger("write_traces")
 DEFAULT_PORT = 45993
 OPERATION_ID = "op-7f3a"
 TAGS = ["demo.operation", "reward.positive"]
+
+
+async def finish_rollout(store: LightningStore, rollout: AttemptedRollout) -> None:
+    """Mark the rollout's attempt ``succeeded``: the traces are written, the rollout is done."""
+    await store.update_attempt(rollout.rollout_id, rollout.attempt.attempt_id, status="succeeded")
 
 
 async def send_traces_via_otel(store: LightningStore) -> str:
@@ -67,6 +73,7 @@ async def send_traces_via_otel(store: LightningStore) -> str:
             with otel_tracer.start_as_current_span("grpc-span-3"):
                 await asyncio.sleep(0.01)
             emit_reward(1.0)
+    await finish_rollout(store, rollout)
     return rollout.rollout_id
 
 
@@ -107,6 +114,7 @@ async def send_traces_via_operation(store: LightningStore) -> str:
                     **make_tag_attributes(TAGS),
                 },
             )
+    await finish_rollout(store, rollout)
     return rollout.rollout_id
 
 
@@ -146,6 +154,7 @@ async def send_traces_via_agentops(store: LightningStore, base_url: Optional[str
             )
             logger.info("LLM answered: %s", response.choices[0].message.content)
             emit_reward(0.5)
+    await finish_rollout(store, rollout)
     return rollout.rollout_id
 
 
@@ -189,6 +198,8 @@ async def run(mode: str, *, use_client: bool = False, host: str = "127.0.0.1", p
             spans = await verify_agentops_traces(store, rollout_id)
         else:
             raise ValueError(f"Unknown mode {mode!r}")
+        finished = await store.get_rollout_by_id(rollout_id)
+        assert finished is not None and finished.status == "succeeded", finished
     finally:
         if client is not None:
             await client.close()
@@ -213,7 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
     spans = asyncio.run(run(args.mode, use_client=args.use_client, host=args.host, port=args.port))
-    print(f"OK: {len(spans)} span(s) verified in mode {args.mode!r}.")
+    print(f"OK: {len(spans)} span(s) verified in mode {args.mode!r}; rollout {spans[0].rollout_id} succeeded.")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Quick developer algorithms: :class:`FastAlgorithm` and the smoke-test :class:`Baseline` (runtime.md 10.4)."""
+"""Quick developer algorithms: :class:`FastAlgorithm` and the smoke-test :class:`Baseline`."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 import logging
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, List, Literal, Optional
+from typing import TYPE_CHECKING, Any, List, Literal, Optional, Sequence
 
 from rollouthub.store.base import LightningStore
-from rollouthub.types import RolloutMode
+from rollouthub.types import Attempt, Rollout, RolloutMode
 
 from .base import Algorithm, Dataset
-from .utils import with_llm_proxy, with_store
+from .utils import rollout_wait_step, with_llm_proxy, with_store
 
 if TYPE_CHECKING:  # pragma: no cover
     from rollouthub.llm_proxy import LLMProxy
@@ -33,13 +33,28 @@ def _iso(ts: Optional[float]) -> str:
     return datetime.fromtimestamp(ts).isoformat() if ts is not None else "?"
 
 
+def _timing(rollout: Rollout, attempts: Sequence[Attempt]) -> str:
+    """`` in 0.12 seconds (0.15 s after it was enqueued)``: how long the last attempt ran, from the store's times."""
+    last = max(attempts, key=lambda a: a.sequence_id, default=None)
+    if last is None or last.end_time is None:
+        return ""
+    text = f" in {last.end_time - last.start_time:.2f} seconds"
+    if rollout.end_time is not None:
+        text += f" ({rollout.end_time - rollout.start_time:.2f} s after it was enqueued)"
+    return text
+
+
 class Baseline(FastAlgorithm):
     """Smoke-test algorithm: enqueue every sample, wait for each rollout and log what came back.
+
+    It waits on the store's wake-ups (``wait_for_rollouts`` returns as soon as a rollout finishes), so a rollout is
+    harvested the moment it finishes and the next sample is enqueued as soon as the queue has room; the polling
+    interval is only the longest pause between two looks when nothing wakes it.
 
     Args:
         n_epochs: passes over the concatenated train + validation samples.
         train_split: must be strictly between 0 and 1 (kept for compatibility; otherwise unused).
-        polling_interval: seconds between queue-length and rollout-status polls.
+        polling_interval: longest wait between two status checks of a rollout or of the queue length.
         max_queue_length: enqueue only while at most this many rollouts are queuing/requeuing.
         span_verbosity: ``"keys"`` (attribute keys), ``"key_values"`` (full attributes) or ``"none"``.
     """
@@ -57,6 +72,8 @@ class Baseline(FastAlgorithm):
             raise ValueError("train_split must be between 0 and 1.")
         if span_verbosity not in ("keys", "key_values", "none"):
             raise ValueError("span_verbosity must be one of 'keys', 'key_values' or 'none'.")
+        if not polling_interval > 0:
+            raise ValueError(f"polling_interval must be a positive number of seconds, got {polling_interval!r}.")
         self.n_epochs = n_epochs
         self.train_split = train_split
         self.polling_interval = polling_interval
@@ -94,11 +111,7 @@ class Baseline(FastAlgorithm):
         for epoch in range(self.n_epochs):
             harvest: List[asyncio.Task[None]] = []
             for index, sample in enumerate(samples):
-                while True:
-                    queued = await store.query_rollouts(status_in=["queuing", "requeuing"])
-                    if len(queued) <= self.max_queue_length:
-                        break
-                    await asyncio.sleep(self.polling_interval)
+                await self._wait_for_queue_room(store, harvest)
                 mode: RolloutMode = "train" if index < train_len else "val"
                 rollout = await store.enqueue_rollout(input=sample, mode=mode, resources_id=resources_id)
                 logger.info(
@@ -108,23 +121,57 @@ class Baseline(FastAlgorithm):
             await asyncio.gather(*harvest)
             logger.info("Epoch %d finished: %d rollouts harvested.", epoch, len(harvest))
 
-    async def _harvest(self, store: LightningStore, rollout_id: str) -> None:
-        """Poll one rollout until it is terminal, then log its attempts, spans and adapted data."""
-        start = time.time()
-        last_status: Optional[str] = None
+    async def _wait_for_queue_room(self, store: LightningStore, harvest: List[asyncio.Task[None]]) -> None:
+        """Return once at most ``max_queue_length`` rollouts are queuing.
+
+        The queue is looked at again whenever one of this run's rollouts finishes (its runner then claims the next
+        one), and at the latest every ``polling_interval``.
+        """
         while True:
-            rollout = await store.get_rollout_by_id(rollout_id)
-            if rollout is not None:
-                if rollout.status != last_status:
-                    logger.info("[Rollout %s] Status changed to %s.", rollout_id, rollout.status)
-                    last_status = rollout.status
-                if rollout.status in _TERMINAL:
-                    break
-            await asyncio.sleep(self.polling_interval)
-        logger.info(
-            "[Rollout %s] Finished with status %s in %.2f seconds.", rollout_id, last_status, time.time() - start
-        )
-        attempts = await store.query_attempts(rollout_id)
+            queued = await store.query_rollouts(status_in=["queuing", "requeuing"], limit=0)
+            if queued.total <= self.max_queue_length:
+                return
+            unfinished = [task for task in harvest if not task.done()]
+            if unfinished:
+                await asyncio.wait(unfinished, timeout=self.polling_interval, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(self.polling_interval)
+
+    async def _wait_until_finished(self, store: LightningStore, rollout_id: str) -> Optional[Rollout]:
+        """Wait on the store's wake-ups until the rollout finishes; log its status changes, looked at every
+        ``polling_interval``. Returns ``None`` when the rollout disappeared from the store."""
+        step = rollout_wait_step(store, self.polling_interval)
+        last_status: Optional[str] = None
+        next_look = 0.0
+        while True:
+            if time.monotonic() >= next_look:
+                current = await store.get_rollout_by_id(rollout_id)
+                if current is None:
+                    logger.error("[Rollout %s] Not found in the store; not harvested.", rollout_id)
+                    return None
+                if current.status != last_status:
+                    logger.info("[Rollout %s] Status changed to %s.", rollout_id, current.status)
+                    last_status = current.status
+                if current.status in _TERMINAL:
+                    return current
+                next_look = time.monotonic() + self.polling_interval
+            waited_from = time.monotonic()
+            finished = await store.wait_for_rollouts(rollout_ids=[rollout_id], timeout=step)
+            if finished:
+                if finished[0].status != last_status:
+                    logger.info("[Rollout %s] Status changed to %s.", rollout_id, finished[0].status)
+                return finished[0]
+            early = step - (time.monotonic() - waited_from)
+            if early > 0:  # a store that answered at once (e.g. the rollout is gone): keep the pace, do not spin
+                await asyncio.sleep(early)
+
+    async def _harvest(self, store: LightningStore, rollout_id: str) -> None:
+        """Wait for one rollout to finish, then log its attempts, spans and adapted data."""
+        rollout = await self._wait_until_finished(store, rollout_id)
+        if rollout is None:
+            return
+        attempts = list(await store.query_attempts(rollout_id))
+        logger.info("[Rollout %s] Finished with status %s%s.", rollout_id, rollout.status, _timing(rollout, attempts))
         for attempt in attempts:
             logger.info(
                 "[Rollout %s | Attempt %s] #%d status=%s worker=%s",

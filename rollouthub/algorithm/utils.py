@@ -11,8 +11,9 @@ from .base import Dataset
 
 if TYPE_CHECKING:  # pragma: no cover
     from rollouthub.llm_proxy import LLMProxy
+    from rollouthub.store.base import LightningStore
 
-__all__ = ["batch_iter_over_dataset", "with_store", "with_llm_proxy"]
+__all__ = ["batch_iter_over_dataset", "with_store", "with_llm_proxy", "rollout_wait_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,14 @@ def batch_iter_over_dataset(dataset: Dataset[T], batch_size: int) -> Iterator[Li
             batch, pending = pending[:batch_size], pending[batch_size:]
             yield [dataset[i] for i in batch]
         carry = pending
+
+
+def rollout_wait_step(store: LightningStore, interval: float) -> float:
+    """How long one ``store.wait_for_rollouts`` call should block: ``interval``, except on an HTTP client, which
+    accepts at most 0.1 s (the server holds the request that long and answers as soon as the rollouts finish)."""
+    from rollouthub.store.client.api import WAIT_TIMEOUT_CAP, LightningStoreClient
+
+    return min(interval, WAIT_TIMEOUT_CAP) if isinstance(store, LightningStoreClient) else interval
 
 
 def with_store(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:

@@ -1,17 +1,29 @@
-"""Instrumentation patches of third-party SDKs (runtime spec 6.7) plus native OpenAI instrumentation.
+"""Instrumentation of third-party SDKs: AgentOps' (when installed) and rollouthub's native OpenAI instrumentation.
 
 Availability flags are computed without importing the packages. :func:`instrument_all` applies, in order, the
-AgentOps, LiteLLM and AgentOps-LangChain patches for the packages that are installed (a warning is logged for
-each missing one). When AgentOps is *not* installed, the native OpenAI instrumentation
-(:mod:`rollouthub.instrumentation.openai`) is applied instead so that OpenAI calls are still traced offline.
+AgentOps, LiteLLM and AgentOps-LangChain patches for the packages that are installed. When AgentOps is *not*
+installed, the native OpenAI instrumentation (:mod:`rollouthub.instrumentation.openai`) is applied instead so that
+OpenAI calls are still traced offline.
+
+Missing optional packages are not an error: nobody asked for them, so :func:`instrument_all` notes each one at
+debug level, once per process (see docs/runtime.md, "Warnings about optional packages").
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+from typing import List
 
-from .openai import instrument_openai, is_openai_instrumented, uninstrument_openai
+from rollouthub.utils.log_once import log_once
+
+from .openai import (
+    acquire_native_openai,
+    instrument_openai,
+    is_openai_instrumented,
+    release_native_openai,
+    uninstrument_openai,
+)
 
 __all__ = [
     "instrument_all",
@@ -19,6 +31,8 @@ __all__ = [
     "instrument_openai",
     "uninstrument_openai",
     "is_openai_instrumented",
+    "acquire_native_openai",
+    "release_native_openai",
     "AGENTOPS_INSTALLED",
     "AGENTOPS_LANGCHAIN_INSTALLED",
     "LITELLM_INSTALLED",
@@ -44,52 +58,60 @@ VLLM_INSTALLED: bool = _installed("vllm")
 WEAVE_INSTALLED: bool = _installed("weave")
 OPENAI_INSTALLED: bool = _installed("openai")
 
-_native_openai_users = 0
-"""How many ``instrument_all`` calls currently rely on the native OpenAI instrumentation they applied."""
+_instrument_all_held_openai: List[bool] = []
+"""For each ``instrument_all`` call not yet undone, whether it took a native OpenAI reference."""
 
 
 def instrument_all() -> None:
-    """Apply every available instrumentation (see the module docstring)."""
-    global _native_openai_users
+    """Apply every available instrumentation (see the module docstring); missing packages are noted at debug
+    level, once per process."""
     if AGENTOPS_INSTALLED:
         from .agentops import instrument_agentops
 
         instrument_agentops()
+        _instrument_all_held_openai.append(False)
     else:
-        logger.warning("agentops is not installed; its instrumentation is skipped (using native OpenAI tracing).")
-        if OPENAI_INSTALLED:
-            if _native_openai_users > 0 or not is_openai_instrumented():
-                if is_openai_instrumented() or instrument_openai():
-                    _native_openai_users += 1
+        log_once(
+            logger,
+            logging.DEBUG,
+            "instrumentation.agentops.missing",
+            "agentops is not installed; its instrumentation is skipped (using native OpenAI tracing).",
+        )
+        _instrument_all_held_openai.append(acquire_native_openai())
     if LITELLM_INSTALLED:
         from .litellm import instrument_litellm
 
-        instrument_litellm()
+        instrument_litellm(requested=False)
     else:
-        logger.warning("litellm is not installed; its instrumentation is skipped.")
+        log_once(
+            logger, logging.DEBUG, "instrumentation.litellm.missing", "litellm is not installed; nothing to instrument."
+        )
     if AGENTOPS_LANGCHAIN_INSTALLED:
         from .agentops_langchain import instrument_agentops_langchain
 
-        instrument_agentops_langchain()
+        instrument_agentops_langchain(requested=False)
     else:
-        logger.warning("agentops or langchain is not installed; the AgentOps-LangChain instrumentation is skipped.")
+        log_once(
+            logger,
+            logging.DEBUG,
+            "instrumentation.agentops_langchain.missing",
+            "agentops or langchain is not installed; the AgentOps-LangChain instrumentation is skipped.",
+        )
 
 
 def uninstrument_all() -> None:
     """Remove every instrumentation applied by :func:`instrument_all`.
 
     The native OpenAI instrumentation is reference-counted: it is removed when the last ``instrument_all`` caller
-    (e.g. one of several runners in one process) uninstruments, and never when the user applied it directly.
+    (e.g. one of several runners in one process) or tracer uninstruments, and never when the user applied it
+    directly.
     """
-    global _native_openai_users
     if AGENTOPS_INSTALLED:
         from .agentops import uninstrument_agentops
 
         uninstrument_agentops()
-    if _native_openai_users > 0:
-        _native_openai_users -= 1
-        if _native_openai_users == 0:
-            uninstrument_openai()
+    if _instrument_all_held_openai and _instrument_all_held_openai.pop():
+        release_native_openai()
     if LITELLM_INSTALLED:
         from .litellm import uninstrument_litellm
 

@@ -1,4 +1,4 @@
-"""AgentOps patches (runtime spec 6.7): keep AgentOps local, and add token ids to its OpenAI chat spans.
+"""AgentOps patches: keep AgentOps local (and quiet), and add token ids to its OpenAI chat spans.
 
 What :func:`instrument_agentops` patches (each patch point is optional: a missing one is skipped with a debug log,
 so other AgentOps versions degrade instead of failing):
@@ -16,6 +16,13 @@ so other AgentOps versions degrade instead of failing):
   ``response_token_ids`` and ``logprobs.content``/``logprobs.refusal`` (same rules as
   :mod:`rollouthub.instrumentation.openai`).
 
+* **Quiet when local**: :func:`agentops_init_options` gives the options :class:`~rollouthub.tracer.AgentOpsTracer`
+  passes to ``agentops.init()`` while the hosted service is disabled -- no "Session Replay" links to
+  app.agentops.ai (``log_session_replay_url=False``), AgentOps' console logger at ``ERROR`` (its warnings are about
+  its own wrappers, e.g. streaming wrappers the installed OpenAI SDK lacks; ``AGENTOPS_LOG_LEVEL`` still overrides)
+  and no ``agentops.log`` file in the working directory (``AGENTOPS_LOGGING_TO_FILE=false`` unless set). These are
+  AgentOps' public options; nothing of its logging is patched.
+
 Spans reach the store through the store-aware OTLP processor that :class:`~rollouthub.tracer.AgentOpsTracer` adds
 to AgentOps' tracer provider, not through AgentOps' own exporter (deviation from the reference, whose replaced
 AgentOps exporter classes are the store path; see docs/runtime.md). Requires the optional ``agentops`` extra.
@@ -26,9 +33,16 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 from typing import Any, Callable, Dict, Sequence, Tuple
 
-__all__ = ["instrument_agentops", "uninstrument_agentops", "enable_agentops_service", "agentops_service_enabled"]
+__all__ = [
+    "instrument_agentops",
+    "uninstrument_agentops",
+    "enable_agentops_service",
+    "agentops_service_enabled",
+    "agentops_init_options",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +70,15 @@ def enable_agentops_service(enabled: bool = True) -> None:
 def agentops_service_enabled() -> bool:
     """Whether traffic to the hosted AgentOps service is allowed (see :func:`enable_agentops_service`)."""
     return _service_enabled
+
+
+def agentops_init_options() -> Dict[str, Any]:
+    """Keyword arguments for ``agentops.init()`` that keep AgentOps quiet while it runs local (see the module
+    docstring); empty when the hosted service is enabled. Sets ``AGENTOPS_LOGGING_TO_FILE=false`` unless set."""
+    if _service_enabled:
+        return {}
+    os.environ.setdefault("AGENTOPS_LOGGING_TO_FILE", "false")
+    return {"log_session_replay_url": False, "log_level": "ERROR"}
 
 
 def _replace(module_names: Sequence[str], name: str, make: Callable[[Any], Any]) -> bool:

@@ -1,23 +1,23 @@
-"""agentops_langchain instrumentation hooks (runtime spec 6.7). Placeholder: requires the optional ``langchain_core`` package."""
+"""AgentOps-LangChain instrumentation hooks: not implemented by rollouthub yet (requires the optional ``langchain_core`` package)."""
 
 from __future__ import annotations
 
-import logging
+from .placeholder import skip_unimplemented
 
 __all__ = ["instrument_agentops_langchain", "uninstrument_agentops_langchain"]
 
-logger = logging.getLogger(__name__)
 
+def instrument_agentops_langchain(*, requested: bool = True) -> bool:
+    """Apply the AgentOps-LangChain patches: not implemented yet, so this says so (once per process) and returns False.
 
-def instrument_agentops_langchain() -> bool:
-    """Apply the agentops_langchain patches (not implemented in rollouthub yet; logs a warning and returns False)."""
-    try:
-        import langchain_core  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("instrument_agentops_langchain requires the 'langchain_core' package") from exc
-    logger.warning("The agentops_langchain instrumentation is not implemented by rollouthub; skipping.")
-    return False
+    Args:
+        requested: the user asked for this integration (a warning); ``instrument_all`` passes False (a debug line).
+
+    Raises:
+        ImportError: ``langchain_core`` is not installed.
+    """
+    return skip_unimplemented("agentops_langchain", "langchain_core", requested=requested)
 
 
 def uninstrument_agentops_langchain() -> None:
-    """Remove the agentops_langchain patches (nothing to remove)."""
+    """Remove the AgentOps-LangChain patches (nothing to remove)."""

@@ -1,22 +1,22 @@
-"""litellm instrumentation hooks (runtime spec 6.7). Placeholder: requires the optional ``litellm`` package."""
+"""litellm instrumentation hooks: not implemented by rollouthub yet (requires the optional ``litellm`` package)."""
 
 from __future__ import annotations
 
-import logging
+from .placeholder import skip_unimplemented
 
 __all__ = ["instrument_litellm", "uninstrument_litellm"]
 
-logger = logging.getLogger(__name__)
 
+def instrument_litellm(*, requested: bool = True) -> bool:
+    """Apply the litellm patches: not implemented yet, so this says so (once per process) and returns False.
 
-def instrument_litellm() -> bool:
-    """Apply the litellm patches (not implemented in rollouthub yet; logs a warning and returns False)."""
-    try:
-        import litellm  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("instrument_litellm requires the 'litellm' package") from exc
-    logger.warning("The litellm instrumentation is not implemented by rollouthub; skipping.")
-    return False
+    Args:
+        requested: the user asked for this integration (a warning); ``instrument_all`` passes False (a debug line).
+
+    Raises:
+        ImportError: ``litellm`` is not installed.
+    """
+    return skip_unimplemented("litellm", "litellm", requested=requested)
 
 
 def uninstrument_litellm() -> None:

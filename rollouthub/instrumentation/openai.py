@@ -32,6 +32,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from rollouthub.utils.log_once import log_once
+
 __all__ = [
     "CHAT_SPAN_NAME",
     "RESPONSES_SPAN_NAME",
@@ -39,6 +41,8 @@ __all__ = [
     "instrument_openai",
     "uninstrument_openai",
     "is_openai_instrumented",
+    "acquire_native_openai",
+    "release_native_openai",
     "chat_token_id_attributes",
 ]
 
@@ -65,6 +69,9 @@ _SAMPLING_KEYS = (
 
 _originals: Dict[Tuple[Any, str], Any] = {}
 _patch_lock = threading.Lock()
+_holders = 0
+"""How many :func:`acquire_native_openai` references (tracers, ``instrument_all``) keep the patches applied."""
+_holders_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -135,7 +142,7 @@ def _otel_tracer() -> trace_api.Tracer:
 
 
 def _suppressed() -> bool:
-    from rollouthub.tracer.otel import is_instrumentation_suppressed
+    from rollouthub.tracer.otlp_export import is_instrumentation_suppressed
 
     return is_instrumentation_suppressed()
 
@@ -645,12 +652,42 @@ def _targets() -> List[Tuple[Any, str, str, bool]]:
     return targets
 
 
-def instrument_openai() -> bool:
-    """Patch the OpenAI SDK (idempotent). Returns False when ``openai`` is not installed."""
+def acquire_native_openai() -> bool:
+    """Apply the instrumentation for one more user; returns whether this caller holds a reference.
+
+    Reference-counted with :func:`release_native_openai` (tracers, ``instrument_all``): the patches stay while any
+    holder needs them. When the user applied :func:`instrument_openai` directly, no reference is taken and a release
+    never removes the user's patches; ``False`` is also returned when ``openai`` is not installed.
+    """
+    global _holders
+    with _holders_lock:
+        if _holders == 0 and is_openai_instrumented():
+            return False  # applied by the user: theirs to remove
+        if not (is_openai_instrumented() or instrument_openai(quiet=True)):
+            return False
+        _holders += 1
+        return True
+
+
+def release_native_openai() -> None:
+    """Drop one reference taken by :func:`acquire_native_openai`; the last one removes the patches."""
+    global _holders
+    with _holders_lock:
+        if _holders == 0:
+            return
+        _holders -= 1
+        if _holders == 0:
+            uninstrument_openai()
+
+
+def instrument_openai(*, quiet: bool = False) -> bool:
+    """Patch the OpenAI SDK (idempotent). Returns False when ``openai`` is not installed (a warning, or a debug line
+    when ``quiet``)."""
     try:
         import openai  # noqa: F401
     except ImportError:
-        logger.warning("openai is not installed; OpenAI instrumentation skipped (pip install openai).")
+        level = logging.DEBUG if quiet else logging.WARNING
+        log_once(logger, level, f"instrumentation.openai.missing.{level}", "openai is not installed; not traced.")
         return False
     with _patch_lock:
         for cls, attr, kind, is_async in _targets():
@@ -664,7 +701,9 @@ def instrument_openai() -> bool:
 
 
 def uninstrument_openai() -> None:
-    """Restore the original OpenAI SDK methods."""
+    """Restore the original OpenAI SDK methods (whoever holds a reference: the count starts again from zero)."""
+    global _holders
+    _holders = 0
     with _patch_lock:
         for (cls, attr), original in list(_originals.items()):
             setattr(cls, attr, original)

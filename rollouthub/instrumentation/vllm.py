@@ -1,22 +1,22 @@
-"""vllm instrumentation hooks (runtime spec 6.7). Placeholder: requires the optional ``vllm`` package."""
+"""vllm instrumentation hooks: not implemented by rollouthub yet (requires the optional ``vllm`` package)."""
 
 from __future__ import annotations
 
-import logging
+from .placeholder import skip_unimplemented
 
 __all__ = ["instrument_vllm", "uninstrument_vllm"]
 
-logger = logging.getLogger(__name__)
 
+def instrument_vllm(*, requested: bool = True) -> bool:
+    """Apply the vllm patches: not implemented yet, so this says so (once per process) and returns False.
 
-def instrument_vllm() -> bool:
-    """Apply the vllm patches (not implemented in rollouthub yet; logs a warning and returns False)."""
-    try:
-        import vllm  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("instrument_vllm requires the 'vllm' package") from exc
-    logger.warning("The vllm instrumentation is not implemented by rollouthub; skipping.")
-    return False
+    Args:
+        requested: the user asked for this integration (a warning); ``instrument_all`` passes False (a debug line).
+
+    Raises:
+        ImportError: ``vllm`` is not installed.
+    """
+    return skip_unimplemented("vllm", "vllm", requested=requested)
 
 
 def uninstrument_vllm() -> None:

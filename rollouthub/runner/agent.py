@@ -29,6 +29,9 @@ HeartbeatLaunchMode = Literal["thread", "asyncio"]
 _MIN_WAIT_SECONDS = 0.01
 _STALE_GRACE_SECONDS = 1.0
 
+STOPPED_HEARTBEAT_TIMEOUT_SECONDS = 2.0
+"""Longest wait for the last heartbeat of a stopping runner (the one that says ``runner_state: stopped``)."""
+
 
 def _is_readable_span(value: Any) -> bool:
     try:
@@ -45,7 +48,8 @@ class LitAgentRunner(Runner[T_task]):
         tracer: tracer used for every rollout (the runner does not create one).
         max_rollouts: cap on rollouts processed by one :meth:`iter` call (``None`` = unlimited).
         poll_interval: seconds between dequeue attempts while the queue is empty.
-        heartbeat_interval: seconds between worker heartbeats; ``<= 0`` disables heartbeats.
+        heartbeat_interval: seconds between worker heartbeats; ``<= 0`` disables heartbeats. Every heartbeat's
+            stats carry ``heartbeat_interval``; when :meth:`iter` ends, a last one adds ``runner_state: "stopped"``.
         interval_jitter: uniform jitter ± this value on poll and heartbeat waits (minimum wait 0.01 s).
         heartbeat_launch_mode: ``"thread"`` (producer + consumer threads) or ``"asyncio"`` (a task on the loop).
         heartbeat_include_gpu: include GPU stats in heartbeat snapshots.
@@ -408,6 +412,28 @@ class LitAgentRunner(Runner[T_task]):
 
         return system_snapshot(include_gpu=self._heartbeat_include_gpu)
 
+    def _heartbeat_stats(self, snapshot: Optional[Dict[str, Any]], **extra: Any) -> Dict[str, Any]:
+        """What a heartbeat carries: the system snapshot, ``heartbeat_interval`` (seconds, so a reader knows when a
+        heartbeat is overdue) and ``extra`` (``runner_state="stopped"`` in the last one)."""
+        return {**(snapshot or {}), "heartbeat_interval": self._heartbeat_interval, **extra}
+
+    async def _send_stopped_heartbeat(
+        self, store: LightningStore, worker_id: str, snapshot: Optional[Dict[str, Any]]
+    ) -> None:
+        """Best effort, within :data:`STOPPED_HEARTBEAT_TIMEOUT_SECONDS`: a last heartbeat whose stats say
+        ``"runner_state": "stopped"`` (the dashboard then shows the runner as stopped instead of idle)."""
+        stats = self._heartbeat_stats(snapshot, runner_state="stopped")
+        try:
+            await asyncio.wait_for(store.update_worker(worker_id, stats), timeout=STOPPED_HEARTBEAT_TIMEOUT_SECONDS)
+        except asyncio.TimeoutError:
+            logger.warning(
+                "%s The last heartbeat (runner stopped) timed out after %.1fs.",
+                self._log_prefix(),
+                STOPPED_HEARTBEAT_TIMEOUT_SECONDS,
+            )
+        except Exception as exc:
+            logger.warning("%s The last heartbeat (runner stopped) failed: %r", self._log_prefix(), exc)
+
     async def _start_heartbeat(self) -> Any:
         """Start the heartbeat loop; returns an async callable that stops it."""
 
@@ -428,6 +454,7 @@ class LitAgentRunner(Runner[T_task]):
         worker_id = self.get_worker_id()
         interval = self._heartbeat_interval
         stop_flag = asyncio.Event()
+        last: List[Optional[Dict[str, Any]]] = [None]
 
         async def loop() -> None:
             while not stop_flag.is_set():
@@ -442,8 +469,11 @@ class LitAgentRunner(Runner[T_task]):
                     logger.exception("%s Heartbeat snapshot failed.", self._log_prefix())
                     snapshot = None
                 if snapshot is not None:
+                    last[0] = snapshot
                     try:
-                        await asyncio.wait_for(store.update_worker(worker_id, snapshot), timeout=interval)
+                        await asyncio.wait_for(
+                            store.update_worker(worker_id, self._heartbeat_stats(snapshot)), timeout=interval
+                        )
                     except asyncio.TimeoutError:
                         logger.warning("%s Heartbeat update timed out after %.1fs.", self._log_prefix(), interval)
                     except asyncio.CancelledError:
@@ -465,6 +495,7 @@ class LitAgentRunner(Runner[T_task]):
                 pass
             except Exception:  # pragma: no cover
                 logger.exception("%s Heartbeat task failed.", self._log_prefix())
+            await self._send_stopped_heartbeat(store, worker_id, last[0])
 
         return stop
 
@@ -503,7 +534,10 @@ class LitAgentRunner(Runner[T_task]):
                         else:
                             try:
                                 loop.run_until_complete(
-                                    asyncio.wait_for(store.update_worker(worker_id, snapshot), timeout=interval)
+                                    asyncio.wait_for(
+                                        store.update_worker(worker_id, self._heartbeat_stats(snapshot)),
+                                        timeout=interval,
+                                    )
                                 )
                             except Exception as exc:
                                 logger.warning("%s Heartbeat update failed: %r", self._log_prefix(), exc)
@@ -523,5 +557,8 @@ class LitAgentRunner(Runner[T_task]):
             stop_event.set()
             await asyncio.to_thread(producer_thread.join)
             await asyncio.to_thread(consumer_thread.join)
+            with latest_lock:
+                entry = latest[0]
+            await self._send_stopped_heartbeat(store, worker_id, entry[1] if entry is not None else None)
 
         return stop

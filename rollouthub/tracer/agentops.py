@@ -1,9 +1,10 @@
-"""``AgentOpsTracer``: AgentOps SDK as a local auto-instrumentation layer (runtime spec 6.6; extra ``agentops``).
+"""``AgentOpsTracer``: the AgentOps SDK as a local auto-instrumentation layer (extra ``agentops``).
 
-When the ``agentops`` package is not installed, the tracer falls back (documented deviation, spec 6.6) to a plain
+When the ``agentops`` package is not installed, the tracer falls back (documented deviation) to a plain
 :class:`~rollouthub.tracer.otel.OtelTracer` whose OpenAI calls are traced by the native instrumentation of
-:mod:`rollouthub.instrumentation.openai` (applied by ``instrument_all`` when ``instrument_managed``), and logs a
-warning explaining how to install the extra (``pip install 'rollouthub[agentops]'``).
+:mod:`rollouthub.instrumentation.openai` (applied by ``instrument_all`` when ``instrument_managed``), and says once
+per process how to install the extra (``pip install 'rollouthub[agentops]'``): a warning when the user chose this
+tracer, a debug line for the Trainer's default tracer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, List, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
+
+from rollouthub.utils.log_once import log_once
 
 from .base import with_active_tracer_context
 from .otel import LightningSpanProcessor, OtelTracer, get_span_processors_of
@@ -46,14 +49,25 @@ class AgentOpsTracer(OtelTracer):
         agentops_managed: initialise the AgentOps client (with a dummy API key; the hosted service is bypassed).
         instrument_managed: apply (and later remove) ``instrument_all()`` patches.
         daemon: kept for compatibility; no effect.
+        fallback_warning: when AgentOps is missing, say so with a warning (once per process); ``False`` makes it a
+            debug line -- the Trainer's default tracer, which nobody asked to be AgentOps, passes ``False``.
     """
 
-    def __init__(self, *, agentops_managed: bool = True, instrument_managed: bool = True, daemon: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        agentops_managed: bool = True,
+        instrument_managed: bool = True,
+        daemon: bool = True,
+        fallback_warning: bool = True,
+    ) -> None:
         """Create the tracer (nothing is initialised before :meth:`init_worker`)."""
-        super().__init__()
+        # OpenAI is instrumented by instrument_all() (AgentOps', or the native one in fallback mode), not by OtelTracer.
+        super().__init__(instrument_openai=False)
         self.agentops_managed = agentops_managed
         self.instrument_managed = instrument_managed
         self.daemon = daemon
+        self.fallback_warning = fallback_warning
         self._fallback = False
         if not agentops_managed:
             logger.warning("agentops_managed=False: you must initialise AgentOps yourself.")
@@ -83,7 +97,8 @@ class AgentOpsTracer(OtelTracer):
         if self.instrument_managed:
             self.instrument(worker_id)
         if not _agentops_installed():
-            logger.warning(AGENTOPS_MISSING_MESSAGE)
+            level = logging.WARNING if self.fallback_warning else logging.DEBUG
+            log_once(logger, level, f"tracer.agentops.fallback.{level}", AGENTOPS_MISSING_MESSAGE)
             self._fallback = True
             super()._initialize_tracer_provider(worker_id)
             return
@@ -91,12 +106,15 @@ class AgentOpsTracer(OtelTracer):
         import agentops
 
         if self.agentops_managed:
+            from rollouthub.instrumentation.agentops import agentops_init_options
+
             os.environ.setdefault("AGENTOPS_API_KEY", "dummy")
             client = agentops.get_client()
             if getattr(client, "initialized", False):
-                logger.warning("[Worker %s] The AgentOps client is already initialised.", worker_id)
+                # Another runner of this process (or the user) initialised it: its settings stay.
+                logger.debug("[Worker %s] The AgentOps client is already initialised.", worker_id)
             else:
-                agentops.init(auto_start_session=False)
+                agentops.init(auto_start_session=False, **agentops_init_options())
         provider = self._agentops_provider()
         if provider is not trace_api.get_tracer_provider():
             logger.error("[Worker %s] The AgentOps tracer provider is not the global provider.", worker_id)

@@ -50,11 +50,6 @@ _ROLLOUT_ID_KEY = LightningResourceAttributes.ROLLOUT_ID.value
 _ATTEMPT_ID_KEY = LightningResourceAttributes.ATTEMPT_ID.value
 
 
-def is_instrumentation_suppressed() -> bool:
-    """True when the current OTel context asks instrumentations not to record (e.g. the store's own traffic)."""
-    return bool(otel_context.get_value(_SUPPRESS))
-
-
 class LightningSpanProcessor(SpanProcessor):
     """Collect the spans of the current trace locally and write each ended span to the store.
 
@@ -378,15 +373,24 @@ class OtelTracer(Tracer):
 
     It captures spans created through the OTel API (user code, frameworks with native OTel support, emitters)
     and writes them to the store, either span by span (``LightningSpanProcessor``) or through the store's native
-    OTLP endpoint when ``store.capabilities["otlp_traces"]`` is true. It installs no third-party instrumentation.
+    OTLP endpoint when ``store.capabilities["otlp_traces"]`` is true. While a worker is initialised it also keeps
+    rollouthub's native OpenAI instrumentation (:mod:`rollouthub.instrumentation.openai`) applied, so the agent's
+    OpenAI SDK calls become LLM spans of the rollout; no other third-party instrumentation is installed.
+
+    Args:
+        instrument_openai: apply the native OpenAI instrumentation between :meth:`init_worker` and
+            :meth:`teardown_worker` (reference-counted with every other user; patches the user applied themselves
+            are left alone). ``False`` when another layer instruments OpenAI (AgentOps, OpenLLMetry...).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, instrument_openai: bool = True) -> None:
         """Create an uninitialised tracer (see :meth:`init_worker`)."""
         super().__init__()
         self._tracer_provider: Optional[TracerProvider] = None
         self._lightning_span_processor: Optional[LightningSpanProcessor] = None
         self._provider_lock = threading.Lock()
+        self._instrument_openai = instrument_openai
+        self._holds_openai_instrumentation = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -394,6 +398,10 @@ class OtelTracer(Tracer):
         """Remember the worker and store, then create and install the tracer provider (once per instance)."""
         super().init_worker(worker_id, store)
         self._initialize_tracer_provider(worker_id)
+        if self._instrument_openai and not self._holds_openai_instrumentation:
+            from rollouthub.instrumentation.openai import acquire_native_openai
+
+            self._holds_openai_instrumentation = acquire_native_openai()
 
     def _initialize_tracer_provider(self, worker_id: int) -> None:
         with self._provider_lock:
@@ -427,8 +435,14 @@ class OtelTracer(Tracer):
         provider.add_span_processor(StoreOTLPSpanProcessor(LightningStoreOTLPExporter()))
 
     def teardown_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
-        """Forget the worker id; the tracer provider stays installed (OpenTelemetry cannot uninstall it)."""
+        """Forget the worker id and release the OpenAI instrumentation; the tracer provider stays installed
+        (OpenTelemetry cannot uninstall it)."""
         super().teardown_worker(worker_id)
+        if self._holds_openai_instrumentation:
+            from rollouthub.instrumentation.openai import release_native_openai
+
+            self._holds_openai_instrumentation = False
+            release_native_openai()
         logger.debug("[Worker %s] OtelTracer teardown: the tracer provider is kept installed.", worker_id)
 
     @property

@@ -13,7 +13,13 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import SpanKind
 
-__all__ = ["StoreOTLPSpanProcessor", "StoreTrafficFilter", "STORE_TRAFFIC_PATH_PREFIXES", "SUPPRESS_KEY"]
+__all__ = [
+    "StoreOTLPSpanProcessor",
+    "StoreTrafficFilter",
+    "STORE_TRAFFIC_PATH_PREFIXES",
+    "SUPPRESS_KEY",
+    "is_instrumentation_suppressed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,11 @@ def _suppress_key() -> Any:
 
 SUPPRESS_KEY = _suppress_key()
 _SUPPRESS = SUPPRESS_KEY
+
+
+def is_instrumentation_suppressed() -> bool:
+    """True when the current OTel context asks instrumentations not to record (e.g. the store's own traffic)."""
+    return bool(otel_context.get_value(SUPPRESS_KEY))
 
 
 class StoreTrafficFilter:

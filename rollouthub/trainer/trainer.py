@@ -17,6 +17,7 @@ from rollouthub.store.base import LightningStore
 from rollouthub.types import NamedResources
 
 from .init_utils import build_component
+from .progress import ProgressSetting, progress_line_from, with_progress_line
 from .registry import ExecutionStrategyRegistry
 
 __all__ = ["Trainer"]
@@ -52,6 +53,9 @@ class Trainer:
         daemon: only meaningful for the legacy ``fit_v0``.
         triplet_exporter: deprecated alias of ``adapter``.
         hooks: one hook or a sequence of hooks given to every runner.
+        progress: the progress line of :meth:`fit` and :meth:`dev` (finished/running/queued rollouts and the rate,
+            every 5 s; in place on a terminal): ``True`` (default), ``False`` (off), an interval in seconds, or a
+            :class:`~rollouthub.trainer.progress.ProgressLine`. See docs/runtime.md.
     """
 
     def __init__(
@@ -74,8 +78,10 @@ class Trainer:
         daemon: bool = True,
         triplet_exporter: ComponentSpec = None,
         hooks: Union[None, Any, Sequence[Any]] = None,
+        progress: ProgressSetting = True,
     ) -> None:
         self.worker_id: Optional[int] = None
+        self.progress = progress_line_from(progress)
         self._dev = dev
         if dev:
             warnings.warn(
@@ -162,7 +168,10 @@ class Trainer:
         def default() -> Any:
             from rollouthub.tracer import AgentOpsTracer
 
-            return AgentOpsTracer(agentops_managed=True, instrument_managed=True, daemon=self.daemon)
+            # Nobody asked for AgentOps here: without the extra, the fallback to native tracing is a debug line.
+            return AgentOpsTracer(
+                agentops_managed=True, instrument_managed=True, daemon=self.daemon, fallback_warning=False
+            )
 
         return build_component(spec, expected_type=Tracer, spec_name="tracer", default_factory=default)
 
@@ -354,7 +363,7 @@ class Trainer:
             self._algorithm_bundle, train_dataset=train_dataset, val_dataset=val_dataset, algorithm=algorithm
         )
         runner_bundle = functools.partial(self._runner_bundle, agent=agent)
-        self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
+        self.strategy.execute(with_progress_line(algorithm_bundle, self.progress), runner_bundle, self.store)
 
     def fit(
         self,

@@ -1,4 +1,4 @@
-"""Helpers to import the scripts under ``examples/`` as modules."""
+"""Helpers to import the scripts under ``examples/`` as modules, and the scenario-B mock LLM."""
 
 from __future__ import annotations
 
@@ -6,6 +6,11 @@ import importlib
 import os
 import sys
 from types import ModuleType
+from typing import Iterator
+
+import pytest
+
+from rollouthub.testing import MockOpenAIServer
 
 EXAMPLES_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 
@@ -15,3 +20,12 @@ def load_example(name: str) -> ModuleType:
     if EXAMPLES_DIR not in sys.path:
         sys.path.insert(0, EXAMPLES_DIR)
     return importlib.import_module(name)
+
+
+@pytest.fixture()
+def mock_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
+    """The scenario-B mock LLM (``apo_custom_algorithm_trainer.mock_reply``) as ``OPENAI_BASE_URL``."""
+    with MockOpenAIServer(reply=load_example("apo_custom_algorithm_trainer").mock_reply) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+        yield server

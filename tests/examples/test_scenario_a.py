@@ -1,8 +1,10 @@
-"""Scenario A (runtime spec 18.2): ``examples/write_traces.py`` in-process and against a ``rollouthub store`` server."""
+"""Scenario A: ``examples/write_traces.py`` in-process and against a ``rollouthub store`` server."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Iterator
@@ -67,6 +69,26 @@ async def test_operation_mode_against_store_server(example: Any, store_server: i
     assert {s.name for s in spans} == {"agentlightning.operation", "agentlightning.annotation"}
 
 
+async def _status_on_server(port: int, rollout_id: str) -> Any:
+    from rollouthub.store.client import LightningStoreClient
+
+    client = LightningStoreClient(f"http://127.0.0.1:{port}")
+    try:
+        rollout = await client.get_rollout_by_id(rollout_id)
+    finally:
+        await client.close()
+    return rollout.status if rollout is not None else None
+
+
+@pytest.mark.parametrize("mode", ["otel", "operation"])
+async def test_rollout_ends_succeeded_in_process(example: Any, mode: str) -> None:
+    store = example.InMemoryLightningStore(thread_safe=True)
+    send = {"otel": example.send_traces_via_otel, "operation": example.send_traces_via_operation}[mode]
+    rollout_id = await send(store)
+    rollout = await store.get_rollout_by_id(rollout_id)
+    assert rollout is not None and rollout.status == "succeeded"
+
+
 @pytest.mark.parametrize("mode", ["otel", "operation"])
 def test_example_script_exit_code(mode: str, store_server: int) -> None:
     result = subprocess.run(
@@ -84,3 +106,7 @@ def test_example_script_exit_code(mode: str, store_server: int) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"verified in mode '{mode}'" in result.stdout
+    # The rollout the script wrote is finished on the server, not left running.
+    rollout_id = re.search(r"rollout (\S+) succeeded", result.stdout)
+    assert rollout_id is not None, result.stdout
+    assert asyncio.run(_status_on_server(store_server, rollout_id.group(1))) == "succeeded"

@@ -1,4 +1,4 @@
-"""Scenario B (runtime.md 18.2): a custom ``@algo`` through the Trainer, with both strategies, and apo_debug."""
+"""Scenario B: a custom ``@algo`` through the Trainer, with both strategies (apo_debug.py: test_apo_debug.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import os
 import subprocess
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -22,14 +22,6 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture()
 def example() -> Any:
     return load_example("apo_custom_algorithm_trainer")
-
-
-@pytest.fixture()
-def mock_llm(example: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
-    with MockOpenAIServer(reply=example.mock_reply) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-        yield server
 
 
 async def _check_store(store: Any, example: Any) -> None:
@@ -64,34 +56,3 @@ def test_scenario_b_script_exits_zero() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Best prompt found: 'You are a knowledgeable AI. {any_question}' with reward 0.9" in proc.stderr
-
-
-# -- apo_debug.py ------------------------------------------------------------------------------------------------------
-
-
-def test_debug_runner_mode(mock_llm: MockOpenAIServer) -> None:
-    debug = load_example("apo_debug")
-    result, store = asyncio.run(debug.debug_with_runner())
-    assert result.status == "succeeded"
-    spans = list(asyncio.run(store.query_spans(result.rollout_id)))
-    reward_spans = [s for s in spans if s.name == "agentlightning.annotation"]
-    assert len(reward_spans) == 1 and find_final_reward(spans) == 0.7
-
-
-def test_debug_hook_mode(mock_llm: MockOpenAIServer) -> None:
-    debug = load_example("apo_debug")
-    hook = debug.DebugHook()
-    result, _ = asyncio.run(debug.debug_with_runner([hook]))
-    assert result.status == "succeeded"
-    # on_trace_end runs before the runner writes the reward span.
-    assert all(getattr(s, "name", "") != "agentlightning.annotation" for s in hook.seen)
-
-
-def test_debug_trainer_mode(mock_llm: MockOpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
-    debug = load_example("apo_debug")
-    with caplog.at_level(logging.INFO, logger="rollouthub.algorithm.fast"):
-        trainer = debug.debug_with_trainer()
-    rollouts = list(asyncio.run(trainer.store.query_rollouts()))
-    assert len(rollouts) == 2
-    assert {(r.mode, r.status) for r in rollouts} == {("train", "succeeded")}
-    assert "Attribute keys" in caplog.text and "Adapted data" in caplog.text

@@ -1,4 +1,4 @@
-"""``AgentOpsTracer`` without the optional ``agentops`` extra: documented fallback (runtime spec 6.6)."""
+"""``AgentOpsTracer`` without the optional ``agentops`` extra: the documented fallback."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import pytest
 from rollouthub.instrumentation import AGENTOPS_INSTALLED, is_openai_instrumented, uninstrument_openai
 from rollouthub.tracer import AgentOpsTracer, OtelTracer, get_active_tracer
 from rollouthub.tracer.agentops import AGENTOPS_MISSING_MESSAGE
+from rollouthub.utils.log_once import forget_logged_once
 
 pytestmark = pytest.mark.skipif(AGENTOPS_INSTALLED, reason="exercises the fallback used when agentops is missing")
 
 
 async def test_fallback_to_otel_with_native_openai_instrumentation(caplog: pytest.LogCaptureFixture) -> None:
     uninstrument_openai()
+    forget_logged_once()  # the notice is said once per process: make this test independent of the others
     tracer = AgentOpsTracer()
     assert isinstance(tracer, OtelTracer)
     with caplog.at_level(logging.WARNING):

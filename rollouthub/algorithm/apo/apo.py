@@ -22,7 +22,7 @@ from rollouthub.store.base import LightningStore
 from rollouthub.types import NamedResources, PromptTemplate, RolloutMode
 
 from ..base import Algorithm, Dataset
-from ..utils import batch_iter_over_dataset, with_llm_proxy, with_store
+from ..utils import batch_iter_over_dataset, rollout_wait_step, with_llm_proxy, with_store
 from .prompts import CRITIQUE_TEMPLATES, EDIT_TEMPLATES, ChatMessages
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -194,11 +194,7 @@ class APO(Algorithm, Generic[T_task]):
 
     def _wait_step(self, store: LightningStore) -> float:
         """How long one ``wait_for_rollouts`` call may block: HTTP clients accept at most 0.1 s."""
-        try:
-            from rollouthub.store.client import LightningStoreClient
-        except ImportError:  # pragma: no cover
-            return self._poll_interval
-        return 0.1 if isinstance(store, LightningStoreClient) else self._poll_interval
+        return rollout_wait_step(store, self._poll_interval)
 
     def resources_id_of(self, version: str) -> str:
         """The resources id under which ``version`` is published: ``"<run_id>-<version>"`` (``version`` itself
