@@ -1,7 +1,7 @@
 """``rollouthub`` command line: ``rollouthub <subcommand> [args...]`` (store.md 13.2).
 
-Subcommands: ``store`` (run the store server), ``prometheus`` (expose a Prometheus multiprocess directory) and
-``export`` (training data out of a store); ``rollouthub --version``. The same commands run as ``python -m rollouthub``
+Subcommands: ``store`` (run the store server), ``prometheus`` (expose a Prometheus multiprocess directory),
+``export`` (training data out of a store) and ``inspect`` (what a store holds); ``rollouthub --version``. The same commands run as ``python -m rollouthub``
 and ``python -m rollouthub.cli``. :func:`plain_text` turns docstrings into the plain text that ``--help`` output shows.
 """
 
@@ -18,6 +18,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "store": "Run the LightningStore server (REST API, OTLP traces, Prometheus, dashboard).",
     "prometheus": "Serve the metrics of a Prometheus multiprocess directory.",
     "export": "Export rollouts as training data (messages, triplets, preferences, rewards; JSONL or Parquet).",
+    "inspect": "Show what a store holds: counts, recent rollouts, final reward per resources version.",
 }
 
 
