@@ -7,7 +7,6 @@ import ast
 import asyncio
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -16,12 +15,10 @@ import pytest
 
 from rollouthub.emitter import find_final_reward
 from rollouthub.export import ExportSelection, export, iter_export_rows
-from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.store.sql import SqlLightningStore
 from rollouthub.types import Span
-from rollouthub.utils.server_launcher import pick_free_port
 
-from .conftest import ADD_TOOL, QUESTIONS, RUNS_PER_QUESTION
+from .conftest import ADD_TOOL, QUESTIONS, RUNS_PER_QUESTION, run_cli, serve_store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -209,20 +206,7 @@ def test_selection_is_validated_with_the_field_named() -> None:
 
 
 def _cli(*args: str, cwd: Optional[Path] = None, code: str = "") -> subprocess.CompletedProcess[str]:
-    prefix = code + "; " if code else ""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            prefix + "import sys; from rollouthub.cli import main; sys.exit(main())",
-            "export",
-            *args,
-        ],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli("export", *args, cwd=cwd, code=code)
 
 
 def test_cli_writes_the_file_and_a_summary(agent_db: Path, tmp_path: Path) -> None:
@@ -274,16 +258,8 @@ def test_cli_errors_are_one_line(agent_db: Path, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-async def _serve(db: Path, token: Optional[str] = None) -> LightningStoreServer:
-    server = LightningStoreServer(
-        SqlLightningStore(f"sqlite:///{db}"), "127.0.0.1", pick_free_port(), launch_mode="asyncio", api_token=token
-    )
-    await server.start()
-    return server
-
-
 async def test_route_streams_the_same_rows_and_rejects_bad_parameters(agent_db: Path, tmp_path: Path) -> None:
-    server = await _serve(agent_db, token="tok")
+    server = await serve_store(agent_db, token="tok")
     auth = {"Authorization": "Bearer tok"}
     try:
         async with aiohttp.ClientSession() as session:
