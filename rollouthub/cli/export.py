@@ -8,12 +8,11 @@ every error is one line on stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import sys
 from typing import Any, Optional, Sequence
 
-from .sources import add_source_arguments, source_from_args
+from .sources import add_source_arguments, fail, run_reading, source_from_args
 
 __all__ = ["main", "build_parser", "parse_time"]
 
@@ -130,8 +129,7 @@ def _selection(args: argparse.Namespace) -> Any:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{_PROG}: error: {message}", file=sys.stderr)
-    return code
+    return fail(_PROG, message, code)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -191,36 +189,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             started = True
         progress.update(task, completed=done, total=max(total, done))
 
-    try:
+    async def read() -> Any:
         try:
-            summary = asyncio.run(
-                export_async(
-                    args.format,
-                    args.output,
-                    store_url=source.store_url,
-                    api_token=source.api_token,
-                    database=source.database,
-                    selection=selection,
-                    file_format=file_format,
-                    pairing=args.pairs,
-                    dedupe=args.dedupe,
-                    triplet_fields=args.triplet_fields,
-                    page_size=args.page_size,
-                    on_progress=on_progress,
-                )
+            return await export_async(
+                args.format,
+                args.output,
+                store_url=source.store_url,
+                api_token=source.api_token,
+                database=source.database,
+                selection=selection,
+                file_format=file_format,
+                pairing=args.pairs,
+                dedupe=args.dedupe,
+                triplet_fields=args.triplet_fields,
+                page_size=args.page_size,
+                on_progress=on_progress,
             )
         finally:
             if started:
                 progress.stop()
-    except (MissingExtraError, ExportSourceError) as exc:
-        return _fail(str(exc), 1)
-    except ValueError as exc:
-        return _fail(str(exc), 2)
-    except KeyboardInterrupt:
-        print(f"{_PROG}: interrupted; no file written", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a store that cannot be reached or read: one line, no traceback
-        return _fail(f"cannot read the {source.description}: {type(exc).__name__}: {exc}", 1)
+
+    summary, status = run_reading(_PROG, source, read, interrupted="interrupted; no file written")
+    if summary is None:
+        return status
     if not args.quiet:
         where = "stdout" if args.output == "-" else args.output
         print(f"Exported to {where}: {summary.describe()}.", file=sys.stderr)

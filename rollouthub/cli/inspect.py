@@ -8,13 +8,11 @@ line on stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
-import sys
 from typing import Any, Optional, Sequence
 
-from .sources import add_source_arguments, source_from_args
+from .sources import add_source_arguments, fail, run_reading, source_from_args
 
 __all__ = ["main", "build_parser", "render_overview"]
 
@@ -50,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{_PROG}: error: {message}", file=sys.stderr)
-    return code
+    return fail(_PROG, message, code)
 
 
 def _number(value: Optional[float], digits: int = 3) -> str:
@@ -166,15 +163,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             with progress:
                 return await store_overview(s, recent=args.recent, mode_in=args.mode, on_progress=on_progress)
 
-    try:
-        overview = asyncio.run(read())
-    except ExportSourceError as exc:
-        return _fail(str(exc), 1)
-    except KeyboardInterrupt:
-        print(f"{_PROG}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a store that cannot be reached or read: one line, no traceback
-        return _fail(f"cannot read the {source.description}: {type(exc).__name__}: {exc}", 1)
+    overview, status = run_reading(_PROG, source, read)
+    if overview is None:
+        return status
     if args.json:
         print(json.dumps({"source": source.description, **overview.as_dict()}, indent=2))
     else:

@@ -28,11 +28,11 @@ from .reading import latest_attempt_id, spans_of
 from .reward_cache import FinalRewardCache
 from .rows import Conversation, conversations, final_reward, message_key, trace_llm_calls
 from .selection import ExportSelection, Pairing
+from .summary import ExportSummary
 
 if TYPE_CHECKING:
     from rollouthub.store.base import LightningStore
 
-    from .stream import ExportSummary
 
 __all__ = ["answer_start", "prompt_key", "split_pair", "preference_row", "iter_pairs", "preference_rows"]
 
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 Message = Dict[str, Any]
 
-IDENTICAL_ANSWERS = "pair of identical answers"
+IDENTICAL_ANSWERS = "pairs of identical answers"
 """Summary reason of a dropped pair whose two conversations are the same."""
 
 

@@ -30,7 +30,12 @@ __all__ = [
 FileFormat = str
 """``"jsonl"`` or ``"parquet"``."""
 
-FILE_EXTENSIONS: Dict[str, FileFormat] = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+FILE_EXTENSIONS: Dict[str, FileFormat] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 """Output extensions (any case) and the file format each selects."""
 
 
@@ -56,6 +61,7 @@ def file_format_of(output: Optional[str], file_format: Optional[FileFormat] = No
             f"use {', '.join(FILE_EXTENSIONS)} or give --file-format jsonl|parquet"
         )
     return FILE_EXTENSIONS[extension]
+
 
 PARQUET_ROW_GROUP = 1000
 
