@@ -1,8 +1,9 @@
-"""``rollouthub`` command line: ``rollouthub <subcommand> [args...]`` (store.md 13.2).
+"""``rollouthub`` command line: ``rollouthub <subcommand> [args...]``.
 
 Subcommands: ``store`` (run the store server), ``prometheus`` (expose a Prometheus multiprocess directory),
-``export`` (training data out of a store) and ``inspect`` (what a store holds); ``rollouthub --version``. The same commands run as ``python -m rollouthub``
-and ``python -m rollouthub.cli``. :func:`plain_text` turns docstrings into the plain text that ``--help`` output shows.
+``export`` (training data out of a store) and ``inspect`` (what a store holds); ``rollouthub --version``. The same
+commands run as ``python -m rollouthub`` and ``python -m rollouthub.cli``. :func:`plain_text` turns docstrings into
+the plain text that ``--help`` output shows.
 """
 
 from __future__ import annotations

@@ -178,7 +178,8 @@ async def preference_rows(
             continue
         start = answer_start(conversation.messages) or 0
         key = prompt_key(rollout.input, conversation.messages[:start], conversation.tools)
-        groups.setdefault(key, []).append((rollout.rollout_id, attempt_id, rollout.resources_id, float(reward)))  # type: ignore[arg-type]
+        entry: _Entry = (rollout.rollout_id, attempt_id, rollout.resources_id, float(reward))  # type: ignore[arg-type]
+        groups.setdefault(key, []).append(entry)
     for entries in groups.values():
         async for row in _group_rows(store, entries, pairing, summary):
             yield row

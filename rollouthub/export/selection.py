@@ -32,7 +32,8 @@ rollout: ids and final reward; what the dashboard's learning curve and reward co
 EXPORT_FORMATS: Tuple[str, ...] = get_args(ExportFormat)
 
 Pairing = Literal["all", "best-worst"]
-"""Preference pairs per input: every pair of rollouts with different final rewards, or only best against worst."""
+"""Preference pairs per group of answers to one prompt: every pair of rollouts with different final rewards, or only
+best against worst."""
 
 TripletFields = Literal["completion", "response"]
 """Field names of ``triplets`` rows: ``completion`` (default; TRL's conversational prompt-completion layout: ``prompt``
