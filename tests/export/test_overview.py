@@ -110,3 +110,33 @@ def test_inspect_errors_are_one_line_with_truthful_exit_codes(prompts_db: Prompt
     result = run_cli("inspect", "--store", "http://127.0.0.1:9", "--json")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("rollouthub inspect: error: cannot read the store server http://127.0.0.1:9: ")
+
+
+def test_inspect_shows_unfinished_rollouts_as_such(tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+
+    async def fill() -> Dict[str, str]:
+        store = SqlLightningStore(f"sqlite:///{db}")
+        try:
+            queued = await store.enqueue_rollout(input={"q": 1}, mode="val")
+            running = await store.start_rollout(input={"q": 2}, mode="train", worker_id="w-1")
+            return {"queued": queued.rollout_id, "running": running.rollout_id}
+        finally:
+            await store.close()
+
+    ids = asyncio.run(fill())
+    report = _json(run_cli("inspect", "--db", str(db), "--json"))
+    by_status = report["counts"]["rollouts_by_status"]
+    assert (by_status["queuing"], by_status["running"] + by_status["preparing"], report["counts"]["rollouts"]) == (
+        1,
+        1,
+        2,
+    )
+    recent = {item["rollout_id"]: item for item in report["recent"]}
+    assert set(recent) == set(ids.values())
+    for item in recent.values():  # not ended: the duration runs to now
+        assert item["end_time"] is None and item["duration"] >= 0 and item["reward"] is None
+    assert report["rewards_by_resources"] == []
+    result = run_cli("inspect", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert "(running)" in result.stdout and "No finished rollouts: no rewards to show." in result.stdout
