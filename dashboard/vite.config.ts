@@ -2,10 +2,11 @@ import { resolve } from 'node:path';
 import { defineConfig } from 'vite';
 
 // The production bundle goes into the Python package so that `pip install` users get it without Node.
-// Output is deterministic: content-hashed file names, no timestamps, no source maps.
+// Output is deterministic: content-hashed file names, no timestamps, no source maps. `public/` (the favicon) is copied
+// as it is to the bundle's root, where the store serves it (`/favicon.ico`, `/favicon.svg`).
 export default defineConfig({
   base: '/',
-  publicDir: false,
+  publicDir: resolve(import.meta.dirname, 'public'),
   oxc: { jsx: { runtime: 'automatic' } },
   build: {
     outDir: resolve(import.meta.dirname, '../rollouthub/dashboard'),

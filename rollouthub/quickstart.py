@@ -193,10 +193,14 @@ def make_agent() -> Any:
     async def sentiment_agent(task: Dict[str, str], prompt_template: PromptTemplate) -> float:
         """Ask the LLM for the sentiment of ``task["review"]``; reward the answer against ``task["label"]``."""
         client = client_for_this_loop()
+        model = os.environ.get(AGENT_MODEL_ENV, MOCK_AGENT_MODEL)
         response = await client.chat.completions.create(
-            model=os.environ.get(AGENT_MODEL_ENV, MOCK_AGENT_MODEL),
+            model=model,
             messages=[{"role": "user", "content": prompt_template.format(review=task["review"])}],
             temperature=0.0,
+            # The mock, like vLLM, returns the token ids when asked: the spans keep them for `rollouthub export
+            # trajectories`. Real endpoints such as api.openai.com reject the parameter.
+            extra_body={"return_token_ids": True} if model == MOCK_AGENT_MODEL else None,
         )
         return score_answer(response.choices[0].message.content or "", task["label"])
 

@@ -1,7 +1,7 @@
 // Headless Chromium from the distribution (no browser download), driven by playwright-core.
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { chromium, type Browser, type Page, type Request } from 'playwright-core';
+import { chromium, type Browser, type Locator, type Page, type Request } from 'playwright-core';
 import { REPO_ROOT } from './server';
 
 export const SCREENSHOT_DIR = resolve(process.env.DASHBOARD_SCREENSHOT_DIR ?? join(REPO_ROOT, 'ci-artifacts', 'dashboard-screenshots'));
@@ -34,9 +34,17 @@ export function prepareScreenshotDir(): void {
   mkdirSync(SCREENSHOT_DIR, { recursive: true });
 }
 
-export async function screenshot(page: Page, name: string): Promise<string> {
+/** A PNG of the whole page (or of the viewport only, as a user sees it, with `fullPage: false`). */
+export async function screenshot(page: Page, name: string, fullPage = true): Promise<string> {
   const path = join(SCREENSHOT_DIR, `${name}.png`);
-  await page.screenshot({ path, fullPage: true, animations: 'disabled' });
+  await page.screenshot({ path, fullPage, animations: 'disabled' });
+  return path;
+}
+
+/** A PNG of one element (e.g. the summary card with the learning curve). */
+export async function elementScreenshot(locator: Locator, name: string): Promise<string> {
+  const path = join(SCREENSHOT_DIR, `${name}.png`);
+  await locator.screenshot({ path, animations: 'disabled' });
   return path;
 }
 

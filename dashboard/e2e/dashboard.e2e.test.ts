@@ -1,45 +1,14 @@
 // End-to-end: every page against a real `rollouthub store` seeded through its REST API, in headless Chromium.
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BrowserContext, Locator, Page, Request } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SCREENSHOT_DIR, launchBrowser, prepareScreenshotDir, recordApiRequests, screenshot } from './browser';
+import { elementScreenshot, recordApiRequests, screenshot } from './browser';
+import { VIEWPORT, sharedBrowser, apiRequest, nav, rowIds, waitForCount } from './helpers';
 import { Rest, addSpans, agentSpans, enqueue, seed, type SeedResult } from './seed';
 import { REPO_ROOT, startStore, type StoreProcess } from './server';
 
-// Wide enough for every rollout column (the tables hide low-priority columns on narrow screens).
-const VIEWPORT = { width: 2048, height: 1152 };
-
-async function waitForCount(locator: Locator, n: number, timeout = 15_000): Promise<void> {
-  await expect.poll(() => locator.count(), { timeout }).toBe(n);
-}
-
-function apiRequest(page: Page, path: string, pred: (u: URL) => boolean = () => true): Promise<Request> {
-  const p = page.waitForRequest((r) => {
-    const u = new URL(r.url());
-    return u.pathname === path && pred(u);
-  }, { timeout: 15_000 });
-  p.catch(() => undefined); // awaited by the caller; avoid unhandled rejections when an earlier step fails
-  return p;
-}
-
-async function rowIds(page: Page, testId: string): Promise<string[]> {
-  return page.locator(`[data-testid="${testId}-row"]`).evaluateAll((els) => els.map((e) => e.getAttribute('data-row-id') ?? ''));
-}
-
-async function nav(page: Page, label: string): Promise<void> {
-  await page.getByRole('navigation', { name: 'Main navigation' }).getByRole('link', { name: label, exact: true }).click();
-}
-
-let b: Awaited<ReturnType<typeof launchBrowser>>;
-
-beforeAll(async () => {
-  prepareScreenshotDir();
-  b = await launchBrowser();
-});
-afterAll(async () => {
-  await b?.close();
-});
+const browser = sharedBrowser();
 
 describe('dashboard against a seeded store', () => {
   let store: StoreProcess;
@@ -53,7 +22,7 @@ describe('dashboard against a seeded store', () => {
     store = await startStore();
     rest = new Rest(store.url);
     data = await seed(rest);
-    context = await b.browser.newContext({ viewport: VIEWPORT });
+    context = await browser().newContext({ viewport: VIEWPORT });
     page = await context.newPage();
     page.on('pageerror', (e) => console.error('pageerror:', e.message));
     if (process.env.E2E_LOG_REQUESTS) page.on('request', (r) => console.log('REQ', r.url()));
@@ -74,6 +43,24 @@ describe('dashboard against a seeded store', () => {
     expect(assetRes.status).toBe(200);
     expect(assetRes.headers.get('cache-control')).toContain('immutable');
     expect((await fetch(`${store.url}/v1/unknown`)).status).toBe(404);
+    // Issue 29: the favicon browsers ask for (and the one the page links to).
+    const icon = await fetch(`${store.url}/favicon.ico`);
+    expect(icon.status).toBe(200);
+    expect(icon.headers.get('content-type')).toMatch(/^image\//);
+    const ico = Buffer.from(await icon.arrayBuffer());
+    expect([...ico.subarray(0, 4)]).toEqual([0, 0, 1, 0]); // an ICO file
+    expect(ico.readUInt16LE(4)).toBe(3); // 16, 32 and 48 px
+    expect((await fetch(`${store.url}/favicon.svg`)).headers.get('content-type')).toMatch(/^image\/svg/);
+    expect(html).toContain('<link rel="icon" href="/favicon.ico"');
+    const iconPage = await context.newPage();
+    await iconPage.setContent(
+      `<div id="icons" style="display:inline-flex;padding:16px;gap:16px;align-items:center;font:14px sans-serif">` +
+        [16, 32, 48].map((s) => `<img src="${store.url}/favicon.ico" width="${s}" height="${s}">`).join('') +
+        `<img src="${store.url}/favicon.svg" width="96" height="96"><span>/favicon.ico (16, 32, 48 px) and /favicon.svg</span></div>`,
+    );
+    await expect.poll(() => iconPage.locator('img').evaluateAll((imgs) => imgs.every((i) => (i as HTMLImageElement).naturalWidth > 0))).toBe(true);
+    await elementScreenshot(iconPage.locator('#icons'), '35-favicon');
+    await iconPage.close();
     // Issue 18: probes and scrapers of non-dashboard paths get 404 JSON, not the dashboard.
     for (const path of ['/health', '/metrics']) {
       const res = await fetch(`${store.url}${path}`);
@@ -127,7 +114,7 @@ describe('dashboard against a seeded store', () => {
     ]);
     const legend = await page.locator('.u-legend').innerText();
     for (const mode of ['train', 'val', 'test']) expect(legend).toContain(mode);
-    await page.getByTestId('rollout-summary').screenshot({ path: `${SCREENSHOT_DIR}/22-learning-curve.png` });
+    await elementScreenshot(page.getByTestId('rollout-summary'), '22-learning-curve');
     await page.getByTestId('learning-curve-details').locator('summary').click();
   });
 
@@ -397,19 +384,29 @@ describe('dashboard against a seeded store', () => {
     await page.getByPlaceholder('Search by Resources ID').fill('');
   });
 
-  it('Runners: rows, search, sort and the runner detail drawer', async () => {
+  it('Runners: rows, states, search, sort and the runner detail drawer', async () => {
     const req = apiRequest(page, '/v1/agl/workers', (u) => u.searchParams.get('sort_by') === 'last_heartbeat_time');
     await nav(page, 'Runners');
     await req;
-    await waitForCount(page.getByTestId('runners-table-row'), 4);
+    await waitForCount(page.getByTestId('runners-table-row'), 6);
     const busy = page.locator('[data-row-id="Worker-3"]');
     await waitForCount(busy.locator('[data-status="busy"]'), 1);
     await expect.poll(() => busy.locator('[data-column="currentRolloutId"]').innerText()).toBe(id('echo'));
+    // Issue 29: a runner that exited says so; one whose heartbeats stopped (3 intervals) is offline, not "Idle".
+    const state = (w: string) => page.locator(`[data-row-id="${w}"] [data-column="status"] .badge`);
+    await expect.poll(() => state('Worker-4').getAttribute('data-status')).toBe('stopped');
+    expect(await state('Worker-4').innerText()).toBe('Stopped');
+    expect(await state('Worker-4').getAttribute('title')).toContain('exited cleanly');
+    await expect.poll(() => state('Worker-5').getAttribute('data-status')).toBe('offline');
+    expect(await state('Worker-5').innerText()).toBe('Offline');
+    expect(await state('Worker-5').getAttribute('title')).toMatch(/^No heartbeat for \d+ s \(expected every 0.5 s\)/);
+    expect(await state('Worker-0').getAttribute('data-status')).toBe('idle');
     const sortReq = apiRequest(page, '/v1/agl/workers', (u) => u.searchParams.get('sort_by') === 'worker_id' && u.searchParams.get('sort_order') === 'asc');
     await page.locator('thead th').getByRole('button', { name: /^Runner ID/ }).click();
     await sortReq;
-    await expect.poll(() => rowIds(page, 'runners-table')).toEqual(['Worker-0', 'Worker-1', 'Worker-2', 'Worker-3']);
+    await expect.poll(() => rowIds(page, 'runners-table')).toEqual(data.workerIds);
     await screenshot(page, '13-runners');
+    await screenshot(page, '31-runners-stopped-offline', false);
     const searchReq = apiRequest(page, '/v1/agl/workers', (u) => u.searchParams.get('worker_id_contains') === 'Worker-2');
     await page.getByPlaceholder('Search by Runner ID').fill('Worker-2');
     await searchReq;
@@ -418,7 +415,8 @@ describe('dashboard against a seeded store', () => {
     await expect.poll(() => page.getByTestId('drawer').getAttribute('data-drawer-type')).toBe('worker-detail');
     await expect.poll(() => page.getByTestId('drawer-json').innerText()).toContain('gpu_utilization');
     await screenshot(page, '14-runner-detail-drawer');
-    await page.getByTestId('drawer-overlay').click({ position: { x: 10, y: 10 } });
+    // The drawer is docked beside the page on wide screens: Escape (or its close button) closes it.
+    await page.keyboard.press('Escape');
     await waitForCount(page.getByTestId('drawer'), 0);
     await page.getByPlaceholder('Search by Runner ID').fill('');
   });
@@ -436,13 +434,47 @@ describe('dashboard against a seeded store', () => {
     await nav(page, 'Settings');
     await page.getByTestId('settings-theme').selectOption('light');
 
+    // Issue 29: a wrong backend URL gets an error page naming the URL that failed, why, and where to fix it.
     const dead = 'http://127.0.0.1:9';
     await page.getByTestId('settings-base-url').fill(dead);
-    await page.getByTestId('settings-base-url').blur();
+    await page.getByTestId('settings-base-url-save').click();
     await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Offline');
     await nav(page, 'Rollouts');
     await expect.poll(() => page.getByTestId('alert-banner').innerText()).toContain('Unable to refresh rollouts');
+    const tableError = page.getByTestId('rollouts-table-empty').getByTestId('error-state');
+    await expect.poll(() => tableError.getAttribute('data-kind')).toBe('network');
+    expect(await tableError.getByTestId('error-title').innerText()).toBe(`Cannot reach the store at ${dead}`);
+    expect(await tableError.getByTestId('error-reason').innerText()).toBe(`GET ${dead}/v1/agl/rollouts failed: no answer (Failed to fetch).`);
+    const fix = await tableError.getByTestId('error-fix').innerText();
+    expect(fix).toContain('Settings → Backend base URL');
+    expect(fix).toContain(`--cors-origin ${store.url}`);
+    expect(await page.getByTestId('rollouts-table-empty').innerText()).not.toContain('adjust the filters');
+    // The summary says the same.
+    await expect.poll(() => page.getByTestId('rollout-summary').getByTestId('error-state').getAttribute('data-kind')).toBe('network');
     await screenshot(page, '17-offline-alert');
+    await page.getByTestId('alert-banner').getByRole('button', { name: 'Close alert' }).click();
+    await screenshot(page, '32-error-unreachable-store', false);
+
+    // A server that answers, but has no store API at that address: HTTP 404, named as such.
+    await page.getByTestId('rollouts-table-empty').getByRole('button', { name: 'Open Settings' }).click();
+    await page.waitForURL('**/settings');
+    const wrong = `${store.url}/wrong`;
+    await page.getByTestId('settings-base-url').fill(wrong);
+    await page.getByTestId('settings-base-url').press('Enter');
+    await nav(page, 'Rollouts');
+    await expect.poll(() => tableError.getAttribute('data-kind')).toBe('not-found');
+    expect(await tableError.getByTestId('error-title').innerText()).toBe(`No rollouthub store API at ${wrong}`);
+    expect(await tableError.getByTestId('error-reason').innerText()).toBe(`GET ${wrong}/v1/agl/rollouts answered HTTP 404 (Not Found).`);
+    await page.getByTestId('alert-banner').getByRole('button', { name: 'Close alert' }).click();
+    await screenshot(page, '33-error-not-a-store', false);
+
+    // The address the store prints (with /v1/agl) works as a base URL too.
+    await nav(page, 'Settings');
+    await page.getByTestId('settings-base-url').fill(`${store.url}/v1/agl`);
+    await page.getByTestId('settings-base-url-save').click();
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Online');
+    await nav(page, 'Rollouts');
+    await waitForCount(page.getByTestId('rollouts-table-row'), 9);
     await nav(page, 'Settings');
     await page.getByTestId('settings-base-url').fill(store.url);
     await page.getByTestId('settings-base-url').blur();
@@ -493,7 +525,7 @@ describe('auth token (store started with --api-token)', () => {
   beforeAll(async () => {
     store = await startStore(['--api-token', TOKEN]);
     await seed(new Rest(store.url, TOKEN));
-    context = await b.browser.newContext({ viewport: VIEWPORT });
+    context = await browser().newContext({ viewport: VIEWPORT });
     page = await context.newPage();
   });
   afterAll(async () => {
@@ -507,24 +539,36 @@ describe('auth token (store started with --api-token)', () => {
     // Issue 18: not "Online" and "adjust the filters", but a clear unauthorized state pointing at Settings.
     await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Unauthorized');
     expect(await page.getByTestId('connection-unauthorized').innerText()).toContain('Settings → API token');
-    await expect.poll(() => page.getByTestId('unauthorized-state').innerText()).toBe('Unauthorized — set the API token in Settings.');
+    await expect.poll(() => page.getByTestId('rollouts-table-empty').getByTestId('unauthorized-state').innerText()).toBe('Unauthorized — set the API token in Settings.');
+    expect(await page.getByTestId('rollout-summary').getByTestId('error-state').getAttribute('data-kind')).toBe('unauthorized');
     expect(await page.getByTestId('rollouts-table-empty').innerText()).toContain('Missing bearer token');
     expect(await page.getByTestId('rollouts-table-empty').innerText()).not.toContain('adjust the filters');
     await expect.poll(() => page.getByTestId('alert-banner').innerText()).toContain('Unauthorized — the store requires an API token');
     await screenshot(page, '19-auth-missing-token');
 
-    await page.getByRole('button', { name: 'Open Settings', exact: true }).click();
+    await page.getByTestId('rollouts-table-empty').getByRole('button', { name: 'Open Settings', exact: true }).click();
     await page.waitForURL('**/settings');
     await page.getByTestId('settings-api-token').fill('wrong');
     await page.getByTestId('settings-api-token').blur();
     await nav(page, 'Rollouts');
     await expect.poll(() => page.getByTestId('rollouts-table-empty').innerText()).toContain('Invalid bearer token');
     await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Unauthorized');
+    expect(await page.getByTestId('rollouts-table-empty').getByTestId('error-reason').innerText()).toBe(`GET ${store.url}/v1/agl/rollouts answered HTTP 401 (Invalid bearer token).`);
 
+    // Issue 29: a Save button; the field says whether what it shows is saved.
     await nav(page, 'Settings');
+    const save = page.getByTestId('settings-api-token-save');
+    expect(await save.isDisabled()).toBe(true); // nothing to save
     await page.getByTestId('settings-api-token').fill(TOKEN);
-    await page.getByTestId('settings-api-token').blur();
+    expect(await save.isEnabled()).toBe(true);
+    expect(await page.getByTestId('settings-api-token-status').innerText()).toContain('Not saved yet');
+    expect(await page.evaluate(() => window.localStorage.getItem('rollouthub.dashboard.apiToken'))).toBe('wrong');
+    await save.click();
+    await expect.poll(() => page.getByTestId('settings-api-token-status').innerText()).toBe('Saved: sent with every request from now on.');
+    expect(await save.isDisabled()).toBe(true);
+    await expect.poll(() => page.getByTestId('connection-status').innerText()).toBe('Online');
     await screenshot(page, '20-settings-token');
+    await screenshot(page, '34-settings-token-saved', false);
     expect(await page.evaluate(() => window.localStorage.getItem('rollouthub.dashboard.apiToken'))).toBe(TOKEN);
     requests.clear();
     await nav(page, 'Rollouts');
@@ -538,6 +582,6 @@ describe('auth token (store started with --api-token)', () => {
     await page.reload();
     await waitForCount(page.getByTestId('rollouts-table-row'), 9);
     await nav(page, 'Runners');
-    await waitForCount(page.getByTestId('runners-table-row'), 4);
+    await waitForCount(page.getByTestId('runners-table-row'), 6);
   });
 });

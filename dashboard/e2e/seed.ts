@@ -147,12 +147,49 @@ export async function seed(rest: Rest): Promise<SeedResult> {
   remember('golf', golfId, [], 'test', 'cancelled');
   remember('hotel', await enqueue(rest, 'hotel', null, null), [], null, 'queuing');
 
-  // Worker heartbeats (system snapshots).
-  const workerIds = ['Worker-0', 'Worker-1', 'Worker-2', 'Worker-3'];
-  for (const [i, w] of workerIds.entries()) {
-    await rest.call('POST', `/workers/${w}`, { heartbeat_stats: { queue_depth: i, gpu_utilization: 0.25 * i, cpu_percent: 10 + i, hostname: `runner-${i}` } });
+  // Worker heartbeats (system snapshots), with the interval runners report. Worker-4 exited cleanly (its last
+  // heartbeat says "stopped"); Worker-5 crashed: its heartbeats, due every 0.5 s, stopped coming.
+  const workerIds = ['Worker-0', 'Worker-1', 'Worker-2', 'Worker-3', 'Worker-4', 'Worker-5'];
+  for (const [i, w] of workerIds.slice(0, 4).entries()) {
+    await rest.call('POST', `/workers/${w}`, { heartbeat_stats: { queue_depth: i, gpu_utilization: 0.25 * i, cpu_percent: 10 + i, hostname: `runner-${i}`, heartbeat_interval: 600 } });
   }
+  await rest.call('POST', '/workers/Worker-4', { heartbeat_stats: { runner_state: 'stopped', heartbeat_interval: 600, hostname: 'runner-4' } });
+  await rest.call('POST', '/workers/Worker-5', { heartbeat_stats: { heartbeat_interval: 0.5, hostname: 'runner-5' } });
   return { rollouts, resourcesIds, workerIds };
+}
+
+/** One finished rollout per entry: resources id, mode and final reward. */
+export interface RewardedRollout {
+  resourcesId: string;
+  mode: 'train' | 'val';
+  reward: number;
+}
+
+/**
+ * Seed finished rollouts with final rewards (a reward span each), in bulk: the resources versions first (in the
+ * given order, which is their creation order), then one enqueue and one dequeue for all rollouts, then the spans and
+ * the final statuses, a few requests in flight at a time.
+ */
+export async function seedRewards(rest: Rest, versions: string[], rollouts: RewardedRollout[]): Promise<void> {
+  for (const v of versions) await rest.call('POST', `/resources/${v}`, { prompt: { resource_type: 'prompt_template', template: `prompt of ${v}`, engine: 'f-string' } });
+  const queued: { rollout_id: string }[] = await rest.call('POST', '/queues/rollouts/enqueue', {
+    rollouts: rollouts.map((r, i) => ({ input: { task: `task-${i}` }, mode: r.mode, resources_id: r.resourcesId })),
+  });
+  const dequeued: { rollout_id: string; attempt: { attempt_id: string } }[] = await rest.call('POST', '/queues/rollouts/dequeue', {
+    limit: rollouts.length, worker_id: 'Worker-runs',
+  });
+  const attempts = new Map(dequeued.map((d) => [d.rollout_id, d.attempt.attempt_id]));
+  const now = Date.now() / 1000;
+  const finishOne = async (i: number) => {
+    const rolloutId = queued[i].rollout_id;
+    const attemptId = attempts.get(rolloutId)!;
+    await addSpans(rest, rolloutId, attemptId, now - 30, agentSpans(rollouts[i].reward).filter((s) => s.key === 'root' || s.key === 'reward'));
+    await rest.call('POST', `/rollouts/${rolloutId}/attempts/${attemptId}`, { status: 'succeeded' });
+  };
+  let next = 0;
+  await Promise.all(Array.from({ length: 6 }, async () => {
+    while (next < rollouts.length) await finishOne(next++);
+  }));
 }
 
 export { addSpans, agentSpans, enqueue };

@@ -2,6 +2,7 @@
 
 from .base import Adapter, OtelTraceAdapter, TraceAdapter
 from .messages import TraceToMessages
+from .trajectory import TraceToTrajectory, build_trajectories, input_group_id
 from .triplet import LlmProxyTraceToTriplet, TracerTraceToTriplet, TraceToTripletBase
 
 __all__ = [
@@ -12,4 +13,7 @@ __all__ = [
     "TracerTraceToTriplet",
     "LlmProxyTraceToTriplet",
     "TraceToMessages",
+    "TraceToTrajectory",
+    "build_trajectories",
+    "input_group_id",
 ]

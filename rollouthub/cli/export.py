@@ -1,5 +1,6 @@
-"""``rollouthub export``: training data out of a store -- chat messages (SFT), triplets (RL), preference pairs or
-per-rollout rewards, as JSON Lines (default) or Parquet, in the layouts TRL reads (see docs/export.md).
+"""``rollouthub export``: training data out of a store -- chat messages (SFT), triplets (RL), preference pairs,
+per-rollout rewards or token-level trajectories (RL), as JSON Lines (default) or Parquet, in the layouts TRL reads
+(see docs/export.md).
 
 Exit status: 0 on success, 1 when the source cannot be used or read or an extra is missing, 2 for invalid arguments;
 every error is one line on stderr.
@@ -45,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="Export rollouts as training data in the layouts TRL reads: messages (chat SFT), triplets "
-        "(prompt/completion per LLM call, for RL), preferences (prompt/chosen/rejected: two answers to one prompt) "
-        "or rewards (one line per rollout). JSON Lines by default; Parquet with the [parquet] extra. Rows come in "
-        "rollout start-time order; progress and a summary go to stderr.",
+        "(prompt/completion per LLM call, for RL), preferences (prompt/chosen/rejected: two answers to one prompt), "
+        "rewards (one line per rollout) or trajectories (token ids, masks and serving log-probabilities for RL). "
+        "JSON Lines by default; Parquet with the [parquet] extra. Rows come in rollout start-time order; progress "
+        "and a summary go to stderr.",
     )
     parser.add_argument("format", choices=EXPORT_FORMATS, help="What to export.")
     add_source_arguments(parser)
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help="preferences: every pair with different rewards (default) or best against worst, per prompt.",
     )
+    parser.add_argument(
+        "--level",
+        choices=["trajectory", "transition"],
+        help="trajectories: one row per trajectory, consecutive LLM calls of an attempt merged (default), or one "
+        "row per LLM call (transition).",
+    )
     parser.add_argument("--page-size", type=int, default=200, help="Rollouts per store query (default: 200).")
     parser.add_argument("-q", "--quiet", action="store_true", help="No progress bar and no summary.")
     return parser
@@ -138,6 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.page_size < 1:
         return _fail("--page-size must be at least 1", 2)
+    if args.level is not None and args.format != "trajectories":
+        return _fail("--level applies to the trajectories format only", 2)
 
     from rollouthub.export import ExportSourceError, export_async
     from rollouthub.export.dedupe import RowDeduper
@@ -204,6 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 triplet_fields=args.triplet_fields,
                 page_size=args.page_size,
                 on_progress=on_progress,
+                level=args.level or "trajectory",
             )
         finally:
             if started:

@@ -12,7 +12,11 @@ Formats (one row per line in JSONL, or Parquet with the ``[parquet]`` extra):
 * ``preferences`` -- pairs of answers to one prompt (same input, same rendered prompt) with different final rewards:
   ``prompt`` / ``chosen`` / ``rejected`` chat messages (TRL's conversational preference layout) with both rewards
   and rollout ids;
-* ``rewards`` -- one row per rollout: ids, status, times and final reward (what the dashboard's learning curve reads).
+* ``rewards`` -- one row per rollout: ids, status, times and final reward (what the dashboard's learning curve reads);
+* ``trajectories`` -- token-level RL samples (:func:`rollouthub.adapter.build_trajectories`): ``prompt_ids``,
+  ``response_ids``, ``response_mask`` (1 on sampled tokens, 0 on tool/user tokens spliced in), the serving engine's
+  ``response_logprobs``, rewards, policy version and group id; ``level="trajectory"`` (default: consecutive calls of
+  an attempt merged) or ``"transition"`` (one row per LLM call).
 
 Rows come in rollout start-time order; the store is read page by page, so memory stays bounded whatever its size.
 
@@ -27,6 +31,8 @@ import asyncio
 import os
 import sys
 from typing import Any, Optional
+
+from rollouthub.types import TRAJECTORY_LEVELS, TrajectoryLevel
 
 from .dedupe import RowDeduper
 from .selection import (
@@ -75,6 +81,7 @@ async def export_async(
     triplet_fields: TripletFields = "completion",
     page_size: int = DEFAULT_PAGE_SIZE,
     on_progress: Optional[ProgressCallback] = None,
+    level: TrajectoryLevel = "trajectory",
     **selection_fields: Any,
 ) -> ExportSummary:
     """Export ``format`` rows to ``output`` (a path; ``None`` or ``"-"`` = stdout, JSONL only) and return the summary.
@@ -86,12 +93,15 @@ async def export_async(
     ``file_format`` is ``"jsonl"`` or ``"parquet"`` (default: from the output's extension, ``.jsonl``/``.ndjson`` or
     ``.parquet``/``.pq``; any other extension is a ``ValueError``). ``pairing``: preference pairs per prompt;
     ``dedupe``: drop rows repeating an earlier row's content; ``triplet_fields``: ``"completion"`` (TRL's names) or
-    ``"response"``. A failed export leaves no partial file.
+    ``"response"``; ``level``: ``trajectories`` rows per merged trajectory (default) or per LLM call
+    (``"transition"``). A failed export leaves no partial file.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if triplet_fields not in TRIPLET_FIELDS:
         raise ValueError(f"unknown triplet fields {triplet_fields!r}; use one of {', '.join(TRIPLET_FIELDS)}")
+    if level not in TRAJECTORY_LEVELS:
+        raise ValueError(f"unknown trajectory level {level!r}; use one of {', '.join(TRAJECTORY_LEVELS)}")
     if selection is None:
         selection = ExportSelection(**selection_fields)
     elif selection_fields:
@@ -120,6 +130,7 @@ async def export_async(
                     page_size=page_size,
                     summary=summary,
                     on_progress=on_progress,
+                    level=level,
                 ):
                     writer.write(row)
             finally:

@@ -22,6 +22,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from rollouthub.adapter.trajectory import input_group_id
 from rollouthub.types import Rollout
 
 from .reading import latest_attempt_id, spans_of
@@ -53,13 +54,10 @@ def answer_start(messages: Sequence[Mapping[str, Any]]) -> Optional[int]:
 
 
 def prompt_key(input: Any, prompt: Sequence[Mapping[str, Any]], tools: Optional[Sequence[Any]]) -> bytes:
-    """What two rollouts must share to be paired: their input, the messages before the first answer and the tools."""
-    try:
-        text = json.dumps(
-            [input, [message_key(m) for m in prompt], tools or None], sort_keys=True, separators=(",", ":"), default=str
-        )
-    except (TypeError, ValueError):
-        text = repr((input, [message_key(m) for m in prompt], tools))
+    """What two rollouts must share to be paired: their input (its :func:`~rollouthub.adapter.input_group_id`, the
+    ``input_id`` of ``trajectories`` rows), the messages before the first answer and the tools."""
+    shared = [input_group_id(input), [message_key(m) for m in prompt], tools or None]
+    text = json.dumps(shared, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 

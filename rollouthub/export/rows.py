@@ -2,8 +2,9 @@
 
 Everything derived from spans goes through the adapters: chat messages come from
 :func:`rollouthub.adapter.messages.trace_llm_calls` (what :class:`~rollouthub.adapter.TraceToMessages` returns, and
-what the dashboard's conversation view shows), triplets from :class:`~rollouthub.adapter.TracerTraceToTriplet`, final
-rewards from :func:`rollouthub.emitter.find_final_reward`.
+what the dashboard's conversation view shows), triplets from :class:`~rollouthub.adapter.TracerTraceToTriplet`,
+trajectories from :func:`rollouthub.adapter.build_trajectories`, final rewards from
+:func:`rollouthub.emitter.find_final_reward`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from rollouthub.adapter.messages import LlmCallMessages, trace_llm_calls
 from rollouthub.adapter.triplet import TracerTraceToTriplet
 from rollouthub.emitter.reward import find_final_reward
-from rollouthub.types import Rollout, Span
+from rollouthub.types import Rollout, Span, Trajectories
 
 from .selection import TripletFields
 
@@ -26,6 +27,7 @@ __all__ = [
     "rollout_ids",
     "messages_rows",
     "triplet_rows",
+    "trajectory_rows",
     "reward_row",
     "conversation_view",
     "final_reward",
@@ -237,6 +239,21 @@ def triplet_rows(
             }
         )
     return rows
+
+
+def trajectory_rows(rollout: Rollout, attempt_id: Optional[str], trajectories: Trajectories) -> List[Dict[str, Any]]:
+    """``trajectories`` rows: one per sample of :func:`rollouthub.adapter.build_trajectories` (``sample`` 0, 1, ...),
+    with the rollout's ids, mode and status."""
+    return [
+        {
+            **rollout_ids(rollout, attempt_id),
+            "status": rollout.status,
+            "level": trajectories.level,
+            "sample": sample.index,
+            **sample.model_dump(mode="json", exclude={"rollout_id", "attempt_id", "resources_id", "index"}),
+        }
+        for sample in trajectories.samples
+    ]
 
 
 def reward_row(rollout: Rollout, attempt_id: Optional[str], reward: Optional[float]) -> Dict[str, Any]:

@@ -25,9 +25,10 @@ __all__ = [
     "MAX_ID_LENGTH",
 ]
 
-ExportFormat = Literal["messages", "triplets", "preferences", "rewards"]
+ExportFormat = Literal["messages", "triplets", "preferences", "rewards", "trajectories"]
 """``messages`` (chat SFT), ``triplets`` (RL), ``preferences`` (chosen/rejected pairs), ``rewards`` (one line per
-rollout: ids and final reward; what the dashboard's learning curve and reward column read)."""
+rollout: ids and final reward; what the dashboard's learning curve and reward column read), ``trajectories``
+(token-level RL samples: prompt and response ids, mask, serving log-probabilities)."""
 
 EXPORT_FORMATS: Tuple[str, ...] = get_args(ExportFormat)
 

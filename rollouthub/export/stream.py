@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Optional, Set
 
-from rollouthub.types import Rollout, Span
+from rollouthub.adapter.trajectory import build_trajectories
+from rollouthub.types import Rollout, Span, TrajectoryLevel
 
 from . import rows as row_builders
 from .dedupe import RowDeduper
@@ -97,6 +98,7 @@ async def iter_export_rows(
     summary: Optional[ExportSummary] = None,
     on_progress: Optional[ProgressCallback] = None,
     rewards: Optional[FinalRewardCache] = None,
+    level: TrajectoryLevel = "trajectory",
 ) -> AsyncIterator[Dict[str, Any]]:
     """Rows of ``format`` for the rollouts of ``selection``, in rollout start-time order (deterministic).
 
@@ -110,6 +112,9 @@ async def iter_export_rows(
     ``rewards``: a cache of final rewards shared between exports (the store server's): every final reward computed
     here is stored in it, and ``rewards`` rows take the rewards it holds instead of reading the spans (see
     :mod:`rollouthub.export.reward_cache`).
+
+    ``level``: the level of ``trajectories`` rows (``trajectory`` or ``transition``); what the builder skipped or
+    split inside the rollouts is counted in ``summary.notes``.
     """
     selection = selection or ExportSelection()
     summary = summary if summary is not None else ExportSummary(format)
@@ -118,7 +123,7 @@ async def iter_export_rows(
     if format == "preferences":
         rows = preference_rows(store, rollouts, selection, pairing, summary, rewards)
     else:
-        rows = _rollout_rows(store, rollouts, format, selection, triplet_fields, summary, rewards)
+        rows = _rollout_rows(store, rollouts, format, selection, triplet_fields, level, summary, rewards)
     async for row in rows:
         if deduper is not None and not deduper.first_time(row):
             summary.drop("duplicate rows")
@@ -133,10 +138,12 @@ async def _rollout_rows(
     format: ExportFormat,
     selection: ExportSelection,
     triplet_fields: TripletFields,
+    level: TrajectoryLevel,
     summary: ExportSummary,
     rewards: Optional[FinalRewardCache],
 ) -> AsyncIterator[Dict[str, Any]]:
-    """Rows of the formats built from one rollout at a time (``messages``, ``triplets``, ``rewards``)."""
+    """Rows of the formats built from one rollout at a time (``messages``, ``triplets``, ``rewards``,
+    ``trajectories``)."""
     triplet_adapter = row_builders.TracerTraceToTriplet(llm_call_match=row_builders.DEFAULT_LLM_CALL_MATCH)
     async for rollout in rollouts:
         attempt_id = latest_attempt_id(rollout)
@@ -164,6 +171,14 @@ async def _rollout_rows(
                 built = row_builders.messages_rows(rollout, attempt_id, spans)
             elif format == "triplets":
                 built = row_builders.triplet_rows(rollout, attempt_id, spans, triplet_adapter, triplet_fields)
+            elif format == "trajectories":
+                trajectories = build_trajectories(spans, level=level, rollout=rollout)
+                for what, count in trajectories.counts().items():
+                    summary.note(what, count)
+                built = row_builders.trajectory_rows(rollout, attempt_id, trajectories)
+                if not built and trajectories.calls:
+                    summary.skip("no LLM call with token ids")
+                    continue
             else:
                 built = [row_builders.reward_row(rollout, attempt_id, reward)]
         except ValueError as exc:

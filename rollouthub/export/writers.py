@@ -3,7 +3,8 @@
 Parquet files get one fixed schema per format, so that files written page by page (one row group per
 :data:`PARQUET_ROW_GROUP` rows) are valid whatever the rows hold: chat messages are ``list<struct>`` columns with
 ``role``/``content``/``tool_calls``/``tool_call_id``/``name``; values of free shape (rollout inputs, message content
-that is not text, tool parameters) are JSON text.
+that is not text, tool parameters) are JSON text; token ids are ``list<int64>``, masks ``list<int8>``, call ranges
+``list<fixed_size_list<int64, 2>>``.
 """
 
 from __future__ import annotations
@@ -215,6 +216,23 @@ def parquet_schema(format: ExportFormat, triplet_fields: TripletFields = "comple
             ("rejected_resources_id", s),
         ],
         "rewards": [*ids, ("status", s), ("start_time", f64), ("end_time", f64), ("reward", f64)],
+        "trajectories": [
+            *ids,
+            ("status", s),
+            ("level", s),
+            ("sample", i64),
+            ("input_id", s),
+            ("prompt_ids", pa.list_(i64)),
+            ("response_ids", pa.list_(i64)),
+            ("response_mask", pa.list_(pa.int8())),
+            ("response_logprobs", pa.list_(f64)),
+            ("reward", f64),
+            ("call_rewards", pa.list_(f64)),
+            ("call_ranges", pa.list_(pa.list_(i64, 2))),
+            ("policy_version", i64),
+            ("call_policy_versions", pa.list_(i64)),
+            ("span_ids", pa.list_(s)),
+        ],
     }
     return pa.schema(fields[format])
 

@@ -1,7 +1,8 @@
-"""The LLM proxy (runtime.md 13): an OpenAI-compatible endpoint that traces every call into the store.
+"""The LLM proxy: an OpenAI-compatible endpoint that traces every call into the store.
 
 rollouthub ships a native engine (Starlette + aiohttp) instead of LiteLLM; ``model_list`` entries keep LiteLLM's
-format. See ``docs/llm-proxy.md``.
+format. :class:`LocalPolicyBackend` serves a local transformers model behind it (the ``[train]`` extra). See
+``docs/llm-proxy.md``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .callbacks import (
     initialize_llm_callbacks,
 )
 from .exporter import LightningSpanExporter
+from .local_backend import BackendStats, LocalPolicyBackend
 from .middleware import (
     MIDDLEWARE_ALIASES,
     MessageInspectionMiddleware,
@@ -26,6 +28,8 @@ from .proxy import LLMProxy, get_active_llm_proxy, set_active_llm_proxy
 
 __all__ = [
     "LLMProxy",
+    "LocalPolicyBackend",
+    "BackendStats",
     "ModelConfig",
     "LightningSpanExporter",
     "LightningOpenTelemetry",

@@ -1,11 +1,12 @@
-"""The native LLM-proxy engine: a Starlette app forwarding OpenAI-compatible calls with aiohttp (runtime.md 13.4).
+"""The native LLM-proxy engine: a Starlette app forwarding OpenAI-compatible calls with aiohttp.
 
 Routes (each also reachable under ``/rollout/{rollout_id}/attempt/{attempt_id}`` through
 :class:`~rollouthub.llm_proxy.middleware.RolloutAttemptMiddleware`):
 
 * ``POST /v1/chat/completions``, ``/chat/completions``, ``/v1/completions``, ``/completions``, ``/v1/responses``,
   ``/responses``, ``/v1/embeddings``, ``/embeddings`` — forwarded to the OpenAI-compatible backend of the
-  requested model; ``POST /v1/messages`` (and ``/messages``) — forwarded to ``anthropic/`` deployments;
+  requested model, or answered by the local policy backend of a ``local/<name>`` deployment (chat completions
+  only); ``POST /v1/messages`` (and ``/messages``) — forwarded to ``anthropic/`` deployments;
 * ``GET /v1/models``, ``/models``, ``/v1/models/{id}``, ``/models/{id}``;
 * ``GET /health`` (cheap; ``?probe=true`` probes every backend's ``/models``), ``/health/liveliness``,
   ``/health/liveness``, ``/health/readiness``.
@@ -23,8 +24,20 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set
+from dataclasses import dataclass, field
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+)
 
 import aiohttp
 from starlette.applications import Starlette
@@ -33,6 +46,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from .callbacks import LightningOpenTelemetry, LLMProxyCallback
+from .local_api import LocalRequestError
 from .middleware import ATTEMPT_ID_HEADER, ROLLOUT_ID_HEADER, SEQUENCE_ID_HEADER, is_own_middleware
 from .models import Deployment, ModelRouter, ProxySettings
 from .replay import anthropic_stream_events, openai_stream_events
@@ -42,6 +56,7 @@ from .streams import SSEParser, stream_accumulator
 if TYPE_CHECKING:
     from rollouthub.store.base import LightningStore
 
+    from .local_backend import LocalPolicyBackend
     from .proxy import LLMProxy
 
 __all__ = ["ProxyEngine", "openai_error"]
@@ -68,13 +83,17 @@ def openai_error(status: int, message: str, error_type: str = "invalid_request_e
 
 @dataclass
 class _Upstream:
-    """Outcome of forwarding: an open upstream response, a synthesized body, or a transport error."""
+    """Outcome of forwarding: an open upstream response, a body answered in this process (a ``mock_response`` or
+    a local policy backend, with its status and headers), or a transport error."""
 
     deployment: Deployment
     payload: Dict[str, Any]
     start_ns: int
+    policy_version: Optional[int] = None
     response: Optional[aiohttp.ClientResponse] = None
-    mock_body: Optional[Dict[str, Any]] = None
+    body: Optional[Dict[str, Any]] = None
+    status: int = 200
+    headers: Dict[str, str] = field(default_factory=dict)
     error: Optional[BaseException] = None
 
 
@@ -127,6 +146,7 @@ class ProxyEngine:
         settings: retries, timeout and client authentication.
         callbacks: callback instances (payload hooks; :class:`LightningOpenTelemetry` records spans).
         llm_proxy: the owning proxy (its store receives the spans); ``None`` uses the active proxy.
+        local_backends: the local policy backends by name, for ``local/<name>`` deployments.
     """
 
     def __init__(
@@ -135,9 +155,11 @@ class ProxyEngine:
         settings: ProxySettings,
         callbacks: Sequence[LLMProxyCallback] = (),
         llm_proxy: Optional[LLMProxy] = None,
+        local_backends: Optional[Mapping[str, LocalPolicyBackend]] = None,
     ) -> None:
         """Index the deployments; HTTP sessions are created lazily on the serving loop."""
         self.router = ModelRouter(deployments)
+        self.local_backends: Mapping[str, LocalPolicyBackend] = local_backends if local_backends is not None else {}
         self.settings = settings
         self.callbacks = list(callbacks)
         self.otel = next((cb for cb in self.callbacks if isinstance(cb, LightningOpenTelemetry)), None)
@@ -262,7 +284,7 @@ class ProxyEngine:
 
     async def _probe(self, deployment: Deployment) -> Dict[str, Any]:
         entry: Dict[str, Any] = {"model": deployment.model_name, "api_base": deployment.api_base}
-        if deployment.mock_response is not None:
+        if deployment.mock_response is not None or deployment.is_local:
             return entry
         try:
             async with self._session("upstream").get(
@@ -294,9 +316,12 @@ class ProxyEngine:
         for attempt in range(retries + 1):
             deployment = candidates[attempt % len(candidates)]
             payload = self._payload(body, kind, deployment)
-            outcome = _Upstream(deployment, payload, time.time_ns())
+            outcome = _Upstream(deployment, payload, time.time_ns(), policy_version=deployment.policy_version)
             if deployment.mock_response is not None:
-                outcome.mock_body = _mock_body(kind, deployment, payload)
+                outcome.body = _mock_body(kind, deployment, payload)
+                return outcome
+            if deployment.is_local:
+                await self._answer_locally(kind, outcome)
                 return outcome
             timeout = deployment.timeout or self.settings.timeout
             headers = {"Content-Type": "application/json", **deployment.auth_headers()}
@@ -330,6 +355,28 @@ class ProxyEngine:
                 await asyncio.sleep(min(_RETRY_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS))
         assert outcome is not None
         return outcome
+
+    async def _answer_locally(self, kind: str, outcome: _Upstream) -> None:
+        """Let the deployment's local policy backend answer (errors become the outcome's status and body)."""
+        name = outcome.deployment.upstream_model
+        backend = self.local_backends.get(name)
+        try:
+            if backend is None:
+                raise LocalRequestError(
+                    500, f"No local backend named {name!r} is registered.", error_type="server_error"
+                )
+            if kind != "chat":
+                raise LocalRequestError(
+                    400,
+                    f"Model {outcome.deployment.model_name!r} is a local policy backend, which serves chat completions "
+                    "only.",
+                    param="model",
+                )
+            answer = await backend.chat_completion(outcome.payload)
+        except LocalRequestError as exc:
+            outcome.status, outcome.body, outcome.headers = exc.status, exc.body(), exc.headers
+        else:
+            outcome.body, outcome.policy_version = answer.body, answer.policy_version
 
     # ------------------------------------------------------------------ request handling
 
@@ -385,12 +432,17 @@ class ProxyEngine:
                 response=response,
                 error=error,
                 streaming=streaming,
+                policy_version=upstream.policy_version,
             )
 
-        if upstream.mock_body is not None:
+        if upstream.body is not None:
+            ok = upstream.status // 100 == 2
             if attributed:
-                await self._record(make_record(200, upstream.mock_body, None))
-            return self._mock_response(kind, upstream.mock_body, streaming)
+                error = None if ok else json.dumps(upstream.body)[:2000]
+                await self._record(make_record(upstream.status, upstream.body if ok else None, error))
+            if not ok:
+                return JSONResponse(upstream.body, status_code=upstream.status, headers=upstream.headers)
+            return self._replay_response(kind, upstream.body, body if streaming else None)
         if upstream.response is None:
             exc = upstream.error
             timeout = isinstance(exc, asyncio.TimeoutError)
@@ -421,10 +473,15 @@ class ProxyEngine:
         return Response(raw, status_code=response.status, media_type=response.content_type or "application/json")
 
     @staticmethod
-    def _mock_response(kind: str, body: Dict[str, Any], streaming: bool) -> Response:
-        if not streaming or kind not in ("chat", "messages"):
+    def _replay_response(kind: str, body: Dict[str, Any], stream_request: Optional[Dict[str, Any]]) -> Response:
+        """A body answered in this process, as JSON or — for a ``stream_request`` — replayed as server-sent events."""
+        if stream_request is None or kind not in ("chat", "messages"):
             return JSONResponse(body)
-        events = openai_stream_events(body) if kind == "chat" else anthropic_stream_events(body)
+        if kind == "messages":
+            return StreamingResponse(iter(anthropic_stream_events(body)), media_type="text/event-stream")
+        options = stream_request.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        events = openai_stream_events(body, include_usage=include_usage)
         return StreamingResponse(iter(events), media_type="text/event-stream")
 
     def _stream(

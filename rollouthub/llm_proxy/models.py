@@ -6,7 +6,12 @@ upstream URL, an upstream model name and credentials. Supported ``litellm_params
 * ``"openai/<m>"``, ``"hosted_vllm/<m>"``, ``"custom_openai/<m>"``, ``"openai_like/<m>"``,
   ``"text-completion-openai/<m>"`` — an OpenAI-compatible HTTP backend (the prefix is stripped upstream);
 * ``"anthropic/<m>"`` — the Anthropic Messages API (``POST /v1/messages`` only);
+* ``"local/<name>"`` — the local policy backend registered with the proxy under ``<name>``
+  (:class:`~rollouthub.llm_proxy.local_backend.LocalPolicyBackend`, served in the proxy's process);
 * ``"<m>"`` (no known provider prefix, e.g. ``"gpt-4o-mini"`` or ``"Qwen/Qwen2.5-0.5B"``) — OpenAI-compatible.
+
+An entry may carry ``model_info: {"policy_version": N}``: the version of the policy that deployment serves, recorded
+on the spans of its calls (an algorithm bumps it with ``LLMProxy.update_model_list``).
 
 String values of the form ``"os.environ/NAME"`` are read from the environment, as in LiteLLM configs.
 """
@@ -21,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 __all__ = [
     "ModelConfig",
@@ -29,6 +34,7 @@ __all__ = [
     "ModelRouter",
     "ProxySettings",
     "OPENAI_COMPATIBLE_PROVIDERS",
+    "LOCAL_PROVIDER",
     "parse_deployment",
     "resolve_proxy_settings",
     "model_names",
@@ -38,10 +44,12 @@ logger = logging.getLogger(__name__)
 
 
 class ModelConfig(TypedDict):
-    """One LiteLLM ``model_list`` entry: ``{"model_name": str, "litellm_params": dict}``."""
+    """One LiteLLM ``model_list`` entry: ``{"model_name": str, "litellm_params": dict}`` and optionally
+    ``"model_info": dict`` (rollouthub reads its ``policy_version``)."""
 
     model_name: str
     litellm_params: Dict[str, Any]
+    model_info: NotRequired[Dict[str, Any]]
 
 
 OPENAI_COMPATIBLE_PROVIDERS: Tuple[str, ...] = (
@@ -54,6 +62,8 @@ OPENAI_COMPATIBLE_PROVIDERS: Tuple[str, ...] = (
 """Provider prefixes served through the OpenAI-compatible HTTP API."""
 
 ANTHROPIC_PROVIDER = "anthropic"
+LOCAL_PROVIDER = "local"
+"""``litellm_params.model`` prefix of a local policy backend registered with the proxy (``"local/<name>"``)."""
 
 _UNSUPPORTED_PROVIDERS = frozenset(
     {
@@ -126,13 +136,13 @@ def _env_value(value: Any) -> Any:
 def _split_provider(model: str) -> Tuple[str, str]:
     """``(provider, upstream model)`` of a ``litellm_params["model"]`` string."""
     prefix, sep, rest = model.partition("/")
-    if sep and (prefix in OPENAI_COMPATIBLE_PROVIDERS or prefix == ANTHROPIC_PROVIDER):
+    if sep and (prefix in OPENAI_COMPATIBLE_PROVIDERS or prefix in (ANTHROPIC_PROVIDER, LOCAL_PROVIDER)):
         return prefix, rest
     if sep and prefix in _UNSUPPORTED_PROVIDERS:
         raise ValueError(
             f"Model {model!r}: provider {prefix!r} is not supported by the native LLM-proxy engine. Supported "
-            f"prefixes: {', '.join(OPENAI_COMPATIBLE_PROVIDERS + (ANTHROPIC_PROVIDER,))} (or no prefix for any "
-            "OpenAI-compatible endpoint given as api_base)."
+            f"prefixes: {', '.join(OPENAI_COMPATIBLE_PROVIDERS + (ANTHROPIC_PROVIDER, LOCAL_PROVIDER))} (or no "
+            "prefix for any OpenAI-compatible endpoint given as api_base)."
         )
     return "openai", model
 
@@ -152,6 +162,7 @@ class Deployment:
     mock_response: Any = None
     default_params: Dict[str, Any] = field(default_factory=dict)
     extra_body: Dict[str, Any] = field(default_factory=dict)
+    policy_version: Optional[int] = None
 
     @property
     def is_wildcard(self) -> bool:
@@ -162,6 +173,11 @@ class Deployment:
     def is_anthropic(self) -> bool:
         """Whether the backend speaks the Anthropic Messages API."""
         return self.provider == ANTHROPIC_PROVIDER
+
+    @property
+    def is_local(self) -> bool:
+        """Whether a local policy backend in the proxy's process serves it (``litellm_params.model`` ``local/<name>``)."""
+        return self.provider == LOCAL_PROVIDER
 
     @property
     def is_official_openai(self) -> bool:
@@ -216,6 +232,9 @@ def parse_deployment(entry: Mapping[str, Any], *, resolve_env: bool = True) -> D
     if not isinstance(model, str) or not model:
         raise ValueError(f"litellm_params.model of model {model_name!r} must be a non-empty string")
     provider, upstream_model = _split_provider(model)
+    if provider == LOCAL_PROVIDER and not upstream_model:
+        raise ValueError(f"litellm_params.model of model {model_name!r} must name the local backend: 'local/<name>'")
+    policy_version = _policy_version(model_name, entry.get("model_info"))
     api_base = params.get("api_base") or params.get("base_url")
     api_key = params.get("api_key")
     if resolve_env:
@@ -227,6 +246,8 @@ def parse_deployment(entry: Mapping[str, Any], *, resolve_env: bool = True) -> D
                 or _ANTHROPIC_DEFAULT_BASE
             )
             api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        elif provider == LOCAL_PROVIDER:
+            api_base = api_base or f"local://{upstream_model}"
         elif provider == "hosted_vllm":
             api_base = api_base or os.environ.get("HOSTED_VLLM_API_BASE")
             if not api_base:
@@ -262,7 +283,22 @@ def parse_deployment(entry: Mapping[str, Any], *, resolve_env: bool = True) -> D
         mock_response=params.get("mock_response"),
         default_params={k: v for k, v in params.items() if k not in _ROUTING_ONLY_PARAMS},
         extra_body=dict(extra_body) if isinstance(extra_body, Mapping) else {},
+        policy_version=policy_version,
     )
+
+
+def _policy_version(model_name: str, model_info: Any) -> Optional[int]:
+    """``model_info["policy_version"]`` of an entry (``None`` when absent; ``ValueError`` unless an integer >= 0)."""
+    if model_info is None:
+        return None
+    if not isinstance(model_info, Mapping):
+        raise ValueError(f"model_info of model {model_name!r} must be a dict")
+    version = model_info.get("policy_version")
+    if version is None:
+        return None
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"model_info.policy_version of model {model_name!r} must be an integer >= 0, got {version!r}")
+    return version
 
 
 def model_names(model_list: Iterable[Mapping[str, Any]]) -> List[str]:

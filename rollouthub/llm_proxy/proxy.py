@@ -14,7 +14,7 @@ import copy
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from rollouthub.types import LLM, ProxyLLM
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rollouthub.store.base import LightningStore
 
     from .engine import ProxyEngine
+    from .local_backend import LocalPolicyBackend
 
 __all__ = ["LLMProxy", "get_active_llm_proxy", "set_active_llm_proxy"]
 
@@ -88,6 +89,9 @@ class LLMProxy:
         callbacks: :class:`~rollouthub.llm_proxy.callbacks.LLMProxyCallback` classes or aliases
             (``"return_token_ids"``, ``"logprobs"``, ``"opentelemetry"``); default
             ``["return_token_ids", "opentelemetry"]``.
+        local_backends: :class:`~rollouthub.llm_proxy.local_backend.LocalPolicyBackend` objects by name, served
+            in this process for ``model_list`` entries whose ``litellm_params.model`` is ``"local/<name>"``
+            (needs ``launch_mode="thread"`` or ``"asyncio"``).
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class LLMProxy:
         launcher_args: Optional[PythonServerLauncherArgs] = None,
         middlewares: Optional[Sequence[Union[str, type]]] = None,
         callbacks: Optional[Sequence[Union[str, type]]] = None,
+        local_backends: Optional[Mapping[str, LocalPolicyBackend]] = None,
     ) -> None:
         """Validate the configuration; nothing is started (see :meth:`start`)."""
         if launcher_args is not None:
@@ -125,6 +130,8 @@ class LLMProxy:
         self.model_list: List[ModelConfig] = [copy.deepcopy(entry) for entry in (model_list or [])]
         for entry in self.model_list:
             parse_deployment(entry, resolve_env=False)
+        self.local_backends: Dict[str, LocalPolicyBackend] = dict(local_backends or {})
+        self._check_local_launch_mode()
         self.litellm_config: Dict[str, Any] = copy.deepcopy(litellm_config or {})
         settings = self.litellm_config.setdefault("litellm_settings", {})
         if not isinstance(settings, dict):
@@ -151,6 +158,7 @@ class LLMProxy:
         state = self.__dict__.copy()
         state["_engine"] = None
         state["_callback_instances"] = []
+        state["local_backends"] = {}  # they serve a model in this process only
         return state
 
     def __repr__(self) -> str:
@@ -171,9 +179,26 @@ class LLMProxy:
         entries = [copy.deepcopy(entry) for entry in model_list]
         for entry in entries:
             parse_deployment(entry, resolve_env=False)
+        self._check_local_launch_mode(entries)
         self.model_list = entries
         if self.is_running():
             logger.info("LLM proxy model list updated; call restart() to apply it.")
+
+    def set_local_backend(self, name: str, backend: LocalPolicyBackend) -> None:
+        """Serve ``backend`` for the ``model_list`` entries ``local/<name>`` (immediately when running)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("set_local_backend: name must be a non-empty string")
+        self.local_backends[name] = backend
+
+    def _check_local_launch_mode(self, model_list: Optional[List[ModelConfig]] = None) -> None:
+        """Local backends are served in this process: refuse the forked ``mp`` launch mode (``ValueError``)."""
+        entries = self.model_list if model_list is None else model_list
+        local = [e["model_name"] for e in entries if parse_deployment(e, resolve_env=False).is_local]
+        if local and self.launcher_args.launch_mode == "mp":
+            raise ValueError(
+                f"LLMProxy: model {local[0]!r} is served by a local backend, which launch_mode='mp' cannot serve (a "
+                "forked server would never see new weights); use launch_mode='thread' or 'asyncio'."
+            )
 
     @property
     def num_retries(self) -> int:
@@ -188,13 +213,26 @@ class LLMProxy:
         builds the engine app with the configured middlewares and the current model list."""
         if self.store is None:
             raise ValueError("The LLM proxy needs a store: pass store= or call set_store() first.")
+        deployments = [parse_deployment(entry) for entry in self.model_list]
+        self._check_local_launch_mode()
+        for deployment in deployments:
+            if deployment.is_local and deployment.upstream_model not in self.local_backends:
+                raise ValueError(
+                    f"LLMProxy: model {deployment.model_name!r} uses 'local/{deployment.upstream_model}' but no local "
+                    f"backend {deployment.upstream_model!r} is registered (local_backends= or set_local_backend())."
+                )
         os.environ["USE_OTEL_LITELLM_REQUEST_SPAN"] = "true"  # kept for compatibility with LiteLLM-based tooling
         set_active_llm_proxy(self)
         self._callback_instances = registered_llm_callbacks(self.callbacks)  # type: ignore[arg-type]
         from .engine import ProxyEngine
 
-        deployments = [parse_deployment(entry) for entry in self.model_list]
-        self._engine = ProxyEngine(deployments, self._settings, self._callback_instances, llm_proxy=self)
+        self._engine = ProxyEngine(
+            deployments,
+            self._settings,
+            self._callback_instances,
+            llm_proxy=self,
+            local_backends=self.local_backends,
+        )
         self.server_launcher.app = self._engine.build_app(self.middlewares)
 
     @contextlib.asynccontextmanager

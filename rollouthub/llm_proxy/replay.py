@@ -44,6 +44,9 @@ def openai_stream_events(response: Dict[str, Any], *, include_usage: bool = Fals
     A role chunk, content deltas of about 28 characters, for each tool call an announcing chunk followed by
     40-character argument chunks, a final chunk with ``finish_reason``, optionally a usage chunk
     (``stream_options.include_usage``), and ``data: [DONE]``. Raises ``ValueError`` on malformed responses.
+
+    Token ids travel as vLLM sends them: the response's ``prompt_token_ids`` on the first chunk, the choice's
+    ``token_ids`` (all of them) and ``logprobs`` on the final chunk.
     """
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -63,6 +66,8 @@ def openai_stream_events(response: Dict[str, Any], *, include_usage: bool = Fals
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
 
     events = [chunk({"role": message.get("role") or "assistant"})]
+    if isinstance(response.get("prompt_token_ids"), list):
+        events[0]["prompt_token_ids"] = response["prompt_token_ids"]
     reasoning = message.get("reasoning_content")
     if isinstance(reasoning, str):
         events.extend(chunk({"reasoning_content": piece}) for piece in split_text(reasoning, OPENAI_CONTENT_CHUNK))
@@ -96,6 +101,9 @@ def openai_stream_events(response: Dict[str, Any], *, include_usage: bool = Fals
             events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
     finish_reason = choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
     events.append(chunk({}, finish_reason))
+    for key in ("token_ids", "logprobs"):
+        if choice.get(key) is not None:
+            events[-1]["choices"][0][key] = choice[key]
     if include_usage and isinstance(response.get("usage"), dict):
         events.append({**base, "choices": [], "usage": response["usage"]})
     return [_data(event) for event in events] + ["data: [DONE]\n\n"]

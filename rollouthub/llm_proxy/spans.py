@@ -1,4 +1,4 @@
-"""Spans of one proxied call (runtime.md 13.6/13.7), with the attribute schema of the reference's LiteLLM spans.
+"""Spans of one proxied call, with the attribute schema of the reference's LiteLLM spans.
 
 For every call attributed to a rollout the engine records, under one trace:
 
@@ -11,6 +11,10 @@ For every call attributed to a rollout the engine records, under one trace:
   (e.g. ``llm.hosted_vllm.prompt_token_ids``, ``llm.hosted_vllm.choices`` with ``token_ids``,
   ``llm.hosted_vllm.response_token_ids``, ``llm.hosted_vllm.id``); structured values are Python-literal strings,
   as LiteLLM writes them.
+
+Both carry ``rollouthub.policy_version`` (:data:`~rollouthub.semconv.POLICY_VERSION_ATTRIBUTE`) when the version of
+the policy that served the call is known: from the local policy backend, or from the deployment's
+``model_info.policy_version``.
 
 Every span carries ``metadata.requester_custom_headers`` so that the :class:`LightningSpanExporter` can place it.
 """
@@ -40,6 +44,7 @@ from rollouthub.instrumentation.openai import (
     _token_id_attributes,
     _usage_attributes,
 )
+from rollouthub.semconv import POLICY_VERSION_ATTRIBUTE
 
 from .exporter import HEADERS_ATTRIBUTE, renew_lock_after_fork
 from .models import Deployment
@@ -77,6 +82,7 @@ class CallRecord:
     error: Optional[str] = None
     streaming: bool = False
     extra: Dict[str, Any] = field(default_factory=dict)
+    policy_version: Optional[int] = None
 
 
 class TraceCollector(SpanProcessor):
@@ -264,6 +270,9 @@ def raw_attributes(record: CallRecord) -> Dict[str, Any]:
 def record_call_spans(tracer: trace_api.Tracer, collector: TraceCollector, record: CallRecord) -> List[ReadableSpan]:
     """Create and end the spans of ``record`` with ``tracer``; returns them (collected by ``collector``)."""
     headers_attr = {HEADERS_ATTRIBUTE: str(record.headers)}
+    call_attrs: Dict[str, Any] = dict(headers_attr)  # on the LLM-call spans
+    if record.policy_version is not None:
+        call_attrs[POLICY_VERSION_ATTRIBUTE] = record.policy_version
     ok = record.error is None and 200 <= record.status_code < 300
     status = Status(StatusCode.OK) if ok else Status(StatusCode.ERROR, record.error or f"HTTP {record.status_code}")
     root = tracer.start_span(
@@ -279,7 +288,7 @@ def record_call_spans(tracer: trace_api.Tracer, collector: TraceCollector, recor
     trace_id = root.get_span_context().trace_id
     try:
         llm_attrs, tool_calls = genai_attributes(record)
-        llm_attrs.update(headers_attr)
+        llm_attrs.update(call_attrs)
         llm_attrs["llm.is_streaming"] = record.streaming
         llm_attrs["llm.upstream_model"] = record.payload.get("model") or record.deployment.upstream_model
         if record.error is not None:
@@ -294,7 +303,7 @@ def record_call_spans(tracer: trace_api.Tracer, collector: TraceCollector, recor
             RAW_REQUEST_SPAN_NAME,
             context=trace_api.set_span_in_context(llm),
             start_time=record.upstream_start_ns,
-            attributes={**raw_attributes(record), **headers_attr},
+            attributes={**raw_attributes(record), **call_attrs},
         )
         raw.set_status(status)
         raw.end(end_time=record.end_ns)

@@ -12,6 +12,15 @@ by default ``"echo: <last user message>"``. With ``"return_token_ids": true`` in
 ``prompt_token_ids`` and ``choices[0].token_ids`` (the UTF-8 byte values of the prompt text and of the answer; text
 completions put both on the choice, as vLLM does). A reply dict with ``"status_code": <4xx/5xx>`` makes the server
 answer with that status and an OpenAI-style error whose message is the reply's ``content``.
+
+``MockOpenAIServer(tokenization="chat_template")`` tokenizes chat completions like a model with a chat template
+instead (opt-in; the default stays as above): the prompt is rendered with :func:`render_chat_template` --
+``<|role|>content<|end|>`` per message (an assistant's tool calls as ``<|tool_call|>name(arguments)`` after its
+content) and ``<|assistant|>`` as the generation prompt -- and the answer is ``content`` (+ tool calls) ``<|end|>``;
+token ids are the UTF-8 bytes of those texts. A conversation re-sent with the answer appended therefore begins with
+the previous prompt's and answer's ids (the prefix property of multi-turn trajectories). With ``"logprobs": true``
+such a chat completion also carries ``choices[0].logprobs.content`` with one deterministic log-probability per answer
+token (:func:`mock_logprob`).
 """
 
 from __future__ import annotations
@@ -22,17 +31,32 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union
 
 from fastapi import Request
 
-__all__ = ["MockOpenAIServer", "MockReply", "ReplySpec", "prompt_text", "last_user_message", "text_token_ids"]
+__all__ = [
+    "MockOpenAIServer",
+    "MockReply",
+    "ReplySpec",
+    "Tokenization",
+    "prompt_text",
+    "last_user_message",
+    "text_token_ids",
+    "render_chat_template",
+    "render_answer",
+    "mock_logprob",
+]
 
 MockReply = Union[str, Dict[str, Any]]
 """A reply: the assistant text, or a dict with ``content`` and optionally ``finish_reason``, ``tool_calls``."""
 
 ReplySpec = Union[None, str, Mapping[str, MockReply], Callable[[Dict[str, Any]], MockReply]]
 """How the server answers: see :class:`MockOpenAIServer`."""
+
+Tokenization = Literal["text", "chat_template"]
+"""How chat completions are tokenized: ``"text"`` (default) the UTF-8 bytes of the message texts joined by newlines;
+``"chat_template"`` the UTF-8 bytes of :func:`render_chat_template` (prompt) and :func:`render_answer` (answer)."""
 
 
 def _content_to_text(content: Any) -> str:
@@ -91,6 +115,38 @@ def text_token_ids(text: str) -> List[int]:
     return list(text.encode("utf-8"))
 
 
+def _tool_calls_text(tool_calls: Any) -> str:
+    parts = []
+    for call in tool_calls or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.append(f"<|tool_call|>{function.get('name')}({function.get('arguments')})")
+    return "".join(parts)
+
+
+def render_answer(content: Optional[str], tool_calls: Any = None) -> str:
+    """An assistant turn as the ``chat_template`` tokenization renders it, without its role tag:
+    ``content`` + ``<|tool_call|>name(arguments)`` per tool call + ``<|end|>``."""
+    return f"{content or ''}{_tool_calls_text(tool_calls)}<|end|>"
+
+
+def render_chat_template(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+    """Chat messages rendered as ``<|role|>`` + the turn (:func:`render_answer` of its content and tool calls) per
+    message, then ``<|assistant|>`` when ``add_generation_prompt``."""
+    text = "".join(
+        f"<|{message.get('role') or 'user'}|>"
+        + render_answer(_content_to_text(message.get("content")), message.get("tool_calls"))
+        for message in messages
+    )
+    return text + "<|assistant|>" if add_generation_prompt else text
+
+
+def mock_logprob(token_id: int, position: int) -> float:
+    """The deterministic log-probability the ``chat_template`` tokenization reports for the answer token ``token_id``
+    at ``position`` of the answer (a multiple of 1/64 in [-50/64, -1/64], exact in binary and in JSON)."""
+    return -float((token_id * 7 + position * 13) % 50 + 1) / 64.0
+
+
 class MockOpenAIServer:
     """An OpenAI-compatible HTTP server with scripted replies, started on a free loopback port.
 
@@ -106,6 +162,8 @@ class MockOpenAIServer:
         host: bind address (loopback by default).
         port: port to bind (a free one when ``None``).
         startup_timeout: seconds to wait for the server to accept connections.
+        tokenization: token ids of chat completions: ``"text"`` (default) or ``"chat_template"`` (see the module
+            docstring; also adds ``logprobs`` when the request asks for them).
     """
 
     def __init__(
@@ -116,8 +174,12 @@ class MockOpenAIServer:
         host: str = "127.0.0.1",
         port: Optional[int] = None,
         startup_timeout: float = 15.0,
+        tokenization: Tokenization = "text",
     ) -> None:
         """Configure the server (it starts on :meth:`start` or when entering the context)."""
+        if tokenization not in ("text", "chat_template"):
+            raise ValueError(f"tokenization must be 'text' or 'chat_template', got {tokenization!r}")
+        self.tokenization = tokenization
         self.reply = reply
         self.model = model
         self.host = host
@@ -187,6 +249,13 @@ class MockOpenAIServer:
             "total_tokens": prompt_tokens + completion_tokens,
         }
 
+    def chat_token_ids(self, request: Dict[str, Any], reply: Dict[str, Any]) -> tuple[List[int], List[int]]:
+        """``(prompt ids, answer ids)`` of a chat completion under this server's tokenization."""
+        if self.tokenization == "chat_template":
+            prompt = render_chat_template(_messages_of(request))
+            return text_token_ids(prompt), text_token_ids(render_answer(reply.get("content"), reply.get("tool_calls")))
+        return text_token_ids(prompt_text(request)), text_token_ids(reply.get("content") or "")
+
     def build_chat_completion(self, request: Dict[str, Any], reply: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """The JSON body of a non-streaming chat completion for ``request`` (``reply``: precomputed reply)."""
         reply = reply if reply is not None else self.resolve_reply(request)
@@ -195,17 +264,34 @@ class MockOpenAIServer:
         if reply.get("tool_calls"):
             message["tool_calls"] = reply["tool_calls"]
         choice: Dict[str, Any] = {"index": 0, "message": message, "finish_reason": reply["finish_reason"]}
+        prompt_ids, answer_ids = self.chat_token_ids(request, reply)
         body: Dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": request.get("model") or self.model,
             "choices": [choice],
-            "usage": self._usage(request, content or ""),
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(answer_ids),
+                "total_tokens": len(prompt_ids) + len(answer_ids),
+            },
         }
         if request.get("return_token_ids"):
-            body["prompt_token_ids"] = text_token_ids(prompt_text(request))
-            choice["token_ids"] = text_token_ids(content or "")
+            body["prompt_token_ids"] = prompt_ids
+            choice["token_ids"] = answer_ids
+        if self.tokenization == "chat_template" and request.get("logprobs"):
+            choice["logprobs"] = {
+                "content": [
+                    {
+                        "token": bytes([token]).decode("utf-8", "replace"),
+                        "logprob": mock_logprob(token, position),
+                        "bytes": [token],
+                        "top_logprobs": [],
+                    }
+                    for position, token in enumerate(answer_ids)
+                ]
+            }
         return body
 
     def iter_chat_chunks(
@@ -229,6 +315,8 @@ class MockOpenAIServer:
         if request.get("return_token_ids"):
             final["prompt_token_ids"] = full["prompt_token_ids"]
             final["choices"][0]["token_ids"] = choice["token_ids"]
+        if "logprobs" in choice:
+            final["choices"][0]["logprobs"] = choice["logprobs"]
         yield final
         stream_options = request.get("stream_options") or {}
         if isinstance(stream_options, dict) and stream_options.get("include_usage"):

@@ -6,5 +6,7 @@ from .resources import *  # noqa: F403
 from .resources import __all__ as _resources_all
 from .tracer import *  # noqa: F403
 from .tracer import __all__ as _tracer_all
+from .trajectory import *  # noqa: F403
+from .trajectory import __all__ as _trajectory_all
 
-__all__ = [*_core_all, *_resources_all, *_tracer_all]
+__all__ = [*_core_all, *_resources_all, *_tracer_all, *_trajectory_all]

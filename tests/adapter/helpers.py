@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
+from rollouthub.instrumentation import instrument_openai, uninstrument_openai
+from rollouthub.store.base import LightningStore
+from rollouthub.tracer import OtelTracer, clear_active_tracer, get_active_tracer
 from rollouthub.types.tracer import Span
 
 TRACE_ID = "0" * 31 + "1"
 _ids = itertools.count(1)
+
+
+@contextmanager
+def instrumented_tracer(store: Optional[LightningStore] = None) -> Iterator[OtelTracer]:
+    """The agent's side of a test: the OpenAI SDK instrumented and an ``OtelTracer`` (writing to ``store`` if given),
+    torn down afterwards with any active tracer cleared."""
+    while get_active_tracer() is not None:
+        clear_active_tracer()
+    instrument_openai()
+    tracer = OtelTracer()
+    tracer.init_worker(0, store)
+    try:
+        yield tracer
+    finally:
+        uninstrument_openai()
+        tracer.teardown_worker(0)
+        while get_active_tracer() is not None:
+            clear_active_tracer()
 
 
 def sid(n: int) -> str:

@@ -10,10 +10,11 @@ import pytest
 
 from rollouthub.adapter import TracerTraceToTriplet, TraceToMessages
 from rollouthub.emitter import emit_reward
-from rollouthub.instrumentation import instrument_openai, uninstrument_openai
 from rollouthub.testing import MockOpenAIServer, last_user_message
-from rollouthub.tracer import OtelTracer, clear_active_tracer, get_active_tracer
+from rollouthub.tracer import OtelTracer
 from rollouthub.types.tracer import Span
+
+from .helpers import instrumented_tracer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,18 +49,8 @@ def llm_server() -> Iterator[MockOpenAIServer]:
 
 @pytest.fixture
 def traced() -> Iterator[OtelTracer]:
-    while get_active_tracer() is not None:
-        clear_active_tracer()
-    instrument_openai()
-    tracer = OtelTracer()
-    tracer.init_worker(0)
-    try:
+    with instrumented_tracer() as tracer:
         yield tracer
-    finally:
-        uninstrument_openai()
-        tracer.teardown_worker(0)
-        while get_active_tracer() is not None:
-            clear_active_tracer()
 
 
 async def run_tool_conversation(tracer: OtelTracer, server: MockOpenAIServer) -> List[Span]:

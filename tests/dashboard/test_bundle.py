@@ -67,6 +67,10 @@ def test_bundle_is_in_the_package() -> None:
     assert any(a.endswith(".js") for a in assets) and any(a.endswith(".css") for a in assets)
     for asset in assets:
         assert (BUNDLE / "assets" / asset).is_file(), asset
+    # Issue 29: the page links its icon, which the bundle holds at its root.
+    assert '<link rel="icon" href="/favicon.ico"' in html
+    assert (BUNDLE / "favicon.ico").read_bytes()[:4] == b"\x00\x00\x01\x00"  # an ICO file
+    assert (BUNDLE / "favicon.svg").read_text().startswith("<svg")
 
 
 @pytest.mark.parametrize("token", [None, "s3cret"])
@@ -93,6 +97,23 @@ async def test_store_serves_the_dashboard(token: str | None) -> None:
         assert status == 200
 
 
+@pytest.mark.parametrize("token", [None, "s3cret"])
+async def test_store_serves_the_favicon(token: str | None) -> None:
+    """Issue 29: ``/favicon.ico`` (what browsers ask for) answers the bundle's icon, without a token, cached for a day;
+    ``index.html`` is never cached (it names the current build's assets)."""
+    server = LightningStoreServer(InMemoryLightningStore(), "127.0.0.1", 4747, api_token=token)
+    status, headers, body = await _get(server.app, "/favicon.ico")
+    assert status == 200
+    assert headers["content-type"].startswith("image/")
+    assert headers["cache-control"] == "public, max-age=86400"
+    assert body == (BUNDLE / "favicon.ico").read_bytes()
+    status, headers, body = await _get(server.app, "/favicon.svg")
+    assert status == 200 and headers["content-type"].startswith("image/svg")
+    for path in ("/index.html", "/"):
+        status, headers, _ = await _get(server.app, path)
+        assert status == 200 and "cache-control" not in headers, path
+
+
 def test_spa_routes_are_the_dashboard_pages() -> None:
     """The server's SPA fallback serves exactly the client-side routes of the dashboard's router."""
     pages = set(re.findall(r"case '/([a-z-]+)':", APP_SOURCE.read_text()))
@@ -104,7 +125,7 @@ async def test_unknown_paths_are_404_json_not_the_dashboard(token: str | None) -
     """Issue 18 (point 6): probes and scrapers of /health, /metrics, ... get a 404, not the dashboard's HTML."""
     server = LightningStoreServer(InMemoryLightningStore(), "127.0.0.1", 4747, api_token=token)
     auth = {"Authorization": f"Bearer {token}"} if token else {}
-    for path in ("/health", "/metrics", "/favicon.ico", "/api/v1/things", "/v1", "/v1/unknown", "/rolloutsx"):
+    for path in ("/health", "/metrics", "/favicon.png", "/api/v1/things", "/v1", "/v1/unknown", "/rolloutsx"):
         status, headers, body = await _get(server.app, path, auth)
         assert status == 404, path
         assert headers["content-type"] == "application/json" and body == b'{"detail":"Not Found"}', path

@@ -167,6 +167,48 @@ def test_model_list_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
         parse_deployment({"litellm_params": {}})
 
 
+LOCAL_ENTRY: Any = {"model_name": "policy", "litellm_params": {"model": "local/tiny"}}
+
+
+def test_local_and_policy_version_entries() -> None:
+    local = parse_deployment(LOCAL_ENTRY)
+    assert local.is_local and (local.provider, local.upstream_model) == ("local", "tiny")
+    assert not parse_deployment(ENTRY).is_local and parse_deployment(ENTRY).policy_version is None
+    assert parse_deployment({**ENTRY, "model_info": {"policy_version": 3}}).policy_version == 3
+    assert parse_deployment({**ENTRY, "model_info": {"base_model": "q"}}).policy_version is None
+    for info in ({"policy_version": -1}, {"policy_version": "3"}, {"policy_version": True}, "v3"):
+        with pytest.raises(ValueError, match="model_info"):
+            parse_deployment({**ENTRY, "model_info": info})
+    with pytest.raises(ValueError, match="local/<name>"):
+        parse_deployment({"model_name": "p", "litellm_params": {"model": "local/"}})
+
+
+def test_local_backends_refuse_the_forked_launch_mode() -> None:
+    """A forked server process would serve a copy of the model that never sees new weights: one clear line."""
+    with pytest.raises(ValueError) as info:
+        LLMProxy(host="127.0.0.1", model_list=[LOCAL_ENTRY])
+    message = str(info.value)
+    assert "launch_mode='mp'" in message and "'policy'" in message and "'thread'" in message and "\n" not in message
+    with pytest.raises(ValueError, match="launch_mode='mp'"):
+        LLMProxy(model_list=[LOCAL_ENTRY], launcher_args=PythonServerLauncherArgs(port=1, launch_mode="mp"))
+    forked = LLMProxy(host="127.0.0.1", model_list=[ENTRY])
+    with pytest.raises(ValueError, match="launch_mode='mp'"):
+        forked.update_model_list([ENTRY, LOCAL_ENTRY])
+    assert forked.model_list == [ENTRY]  # unchanged
+    threaded = LLMProxy(host="127.0.0.1", launch_mode="thread", model_list=[LOCAL_ENTRY])
+    assert threaded.as_resource().model == "policy"
+
+
+async def test_an_unregistered_local_backend_is_named_at_start() -> None:
+    store = LightningStoreThreaded(InMemoryLightningStore())
+    proxy = LLMProxy(host="127.0.0.1", launch_mode="thread", model_list=[LOCAL_ENTRY], store=store)
+    with pytest.raises(ValueError, match="no local backend 'tiny' is registered"):
+        await proxy.start()
+    assert not proxy.is_running()
+    with pytest.raises(ValueError, match="name"):
+        proxy.set_local_backend("", object())  # type: ignore[arg-type]
+
+
 def test_router_round_robin_and_wildcards() -> None:
     a = parse_deployment({"model_name": "m", "litellm_params": {"model": "openai/a", "api_base": "http://a/v1"}})
     b = parse_deployment({"model_name": "m", "litellm_params": {"model": "openai/b", "api_base": "http://b/v1"}})

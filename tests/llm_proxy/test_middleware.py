@@ -142,6 +142,28 @@ def test_openai_replay() -> None:
         openai_stream_events({"choices": []})
 
 
+def test_openai_replay_carries_token_ids_like_vllm() -> None:
+    """Prompt token ids on the first chunk, the answer's token ids and log-probs on the final one."""
+    logprobs = {"content": [{"token": "h", "logprob": -0.5, "bytes": [104], "top_logprobs": []}]}
+    response = {
+        "model": "m",
+        "prompt_token_ids": [1, 2],
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": "hi"},
+                "finish_reason": "stop",
+                "token_ids": [104, 105, 2],
+                "logprobs": logprobs,
+            }
+        ],
+    }
+    events = decode_openai(openai_stream_events(response))
+    assert events[0]["prompt_token_ids"] == [1, 2] and "prompt_token_ids" not in events[1]
+    final = events[-1]["choices"][0]
+    assert final["token_ids"] == [104, 105, 2] and final["logprobs"] == logprobs and final["finish_reason"] == "stop"
+    assert all("token_ids" not in e["choices"][0] for e in events[:-1])
+
+
 def test_anthropic_replay() -> None:
     message = {
         "id": "msg_1",

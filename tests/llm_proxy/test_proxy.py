@@ -15,6 +15,7 @@ import pytest
 import rollouthub as agl
 from rollouthub.emitter import emit_reward
 from rollouthub.llm_proxy import LLMProxy
+from rollouthub.semconv import POLICY_VERSION_ATTRIBUTE
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.testing import MockOpenAIServer, text_token_ids
 from rollouthub.types import Span
@@ -372,6 +373,29 @@ async def test_restart_on_a_new_port_with_a_new_model_list(
     assert response.choices[0].message.content == "echo: n"
     with pytest.raises(openai.BadRequestError):
         await client(proxy.endpoint).chat.completions.create(model="v1", messages=[])
+
+
+async def test_policy_version_from_model_info_is_on_the_call_spans(
+    make_proxy: MakeProxy, store: InMemoryLightningStore, mock_llm: MockOpenAIServer
+) -> None:
+    """A vLLM server behind the proxy: the version comes from the deployment's model_info, bumped by the algorithm."""
+    entry = {**model_list(mock_llm)[0], "model_info": {"policy_version": 3}}
+    proxy: LLMProxy = await make_proxy(store=store, model_list=[entry])
+
+    async def versions() -> Dict[str, Any]:
+        rid, aid = await attempt(store)
+        await client(proxy.as_resource(rid, aid).endpoint).chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "v"}]
+        )
+        return {span.name: span.attributes.get(POLICY_VERSION_ATTRIBUTE) for span in await store.query_spans(rid)}
+
+    assert await versions() == {"Received Proxy Server Request": None, "litellm_request": 3, "raw_gen_ai_request": 3}
+    proxy.update_model_list([{**entry, "model_info": {"policy_version": 4}}])
+    await proxy.restart()
+    assert (await versions())["litellm_request"] == 4
+    proxy.update_model_list(model_list(mock_llm))
+    await proxy.restart()
+    assert set((await versions()).values()) == {None}
 
 
 async def test_asyncio_mode_with_an_async_safe_store(make_proxy: MakeProxy, mock_llm: MockOpenAIServer) -> None:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List
 
 import openai
 import pytest
 import requests
 
-from rollouthub.testing import MockOpenAIServer, last_user_message, prompt_text, text_token_ids
+from rollouthub.testing import (
+    MockOpenAIServer,
+    last_user_message,
+    mock_logprob,
+    prompt_text,
+    render_answer,
+    render_chat_template,
+    text_token_ids,
+)
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +195,48 @@ def test_error_replies() -> None:
         with pytest.raises(openai.InternalServerError, match="overloaded"):
             sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         assert requests.post(srv.endpoint + "/v1/completions", json={"prompt": "p"}, timeout=5).status_code == 503
+
+
+def test_chat_template_tokenization_has_the_prefix_property_and_logprobs() -> None:
+    tool_call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+
+    def reply(request: Dict[str, Any]) -> Any:
+        return "done" if request["messages"][-1]["role"] == "tool" else {"content": None, "tool_calls": [tool_call]}
+
+    with MockOpenAIServer(reply=reply, tokenization="chat_template") as srv:
+        url = srv.base_url + "/chat/completions"
+        messages: List[Any] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+        options = {"model": "m", "return_token_ids": True, "logprobs": True}
+        first = requests.post(url, json={**options, "messages": messages}, timeout=10).json()
+        assert bytes(first["prompt_token_ids"]).decode() == "<|system|>sys<|end|><|user|>hi<|end|><|assistant|>"
+        answer = first["choices"][0]["token_ids"]
+        assert bytes(answer).decode() == '<|tool_call|>lookup({"q": 1})<|end|>'
+        assert first["usage"]["completion_tokens"] == len(answer)
+        logprobs = first["choices"][0]["logprobs"]["content"]
+        assert [entry["logprob"] for entry in logprobs] == [mock_logprob(t, i) for i, t in enumerate(answer)]
+        assert len({entry["logprob"] for entry in logprobs}) > 1
+        # The agent re-sends the conversation with the tool call and its result: the prompt continues exactly.
+        messages += [{"role": "assistant", "content": None, "tool_calls": [tool_call]}]
+        messages += [{"role": "tool", "tool_call_id": "call_1", "content": "42"}]
+        second = requests.post(url, json={**options, "messages": messages}, timeout=10).json()
+        head = first["prompt_token_ids"] + answer
+        assert second["prompt_token_ids"][: len(head)] == head
+        assert bytes(second["prompt_token_ids"][len(head) :]).decode() == "<|tool|>42<|end|><|assistant|>"
+        assert bytes(second["choices"][0]["token_ids"]).decode() == render_answer("done") == "done<|end|>"
+        assert second["prompt_token_ids"] == text_token_ids(render_chat_template(messages))
+        # Without the request's options: no ids, no logprobs.
+        plain = requests.post(url, json={"model": "m", "messages": messages}, timeout=10).json()
+        assert "prompt_token_ids" not in plain and "logprobs" not in plain["choices"][0]
+
+
+def test_default_tokenization_is_unchanged_by_logprobs_and_checked(client: openai.OpenAI) -> None:
+    messages: Any = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    completion = client.chat.completions.create(
+        model="m", messages=messages, logprobs=True, extra_body={"return_token_ids": True}
+    )
+    assert completion.choices[0].logprobs is None
+    assert completion.model_extra is not None and completion.model_extra["prompt_token_ids"] == text_token_ids(
+        "sys\nhi"
+    )
+    with pytest.raises(ValueError, match="tokenization must be 'text' or 'chat_template', got 'bpe'"):
+        MockOpenAIServer(tokenization="bpe")  # type: ignore[arg-type]

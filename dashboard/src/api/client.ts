@@ -1,17 +1,25 @@
-// HTTP access: base URL resolution, bearer token, error shape (dashboard.md 4.1 and 5).
-import { buildUrl, type Params } from './url';
+// HTTP access: base URL resolution, bearer token, error shape.
+import { buildUrl, storeBase, type Params } from './url';
+
+/** How a request failed: no answer (network), an HTTP error status, or an answer that is not the expected JSON. */
+export type ApiErrorKind = 'network' | 'http' | 'parse';
 
 export class ApiError extends Error {
   readonly status: number | null;
   readonly detail: string | null;
   readonly body: unknown;
+  /** The URL that failed (null for errors built without one). */
+  readonly url: string | null;
+  readonly kind: ApiErrorKind;
 
-  constructor(message: string, status: number | null, detail: string | null, body: unknown = null) {
+  constructor(message: string, status: number | null, detail: string | null, body: unknown = null, url: string | null = null, kind?: ApiErrorKind) {
     super(message);
     this.name = 'ApiError';
     this.status = status;
     this.detail = detail;
     this.body = body;
+    this.url = url;
+    this.kind = kind ?? (status === null ? 'network' : 'http');
   }
 }
 
@@ -35,7 +43,7 @@ export class ApiClient {
 
   /** Cache key of the server this client talks to (capabilities are remembered per server). */
   get serverKey(): string {
-    return (this.config.baseUrl.trim() || this.config.origin).replace(/\/+$/, '');
+    return storeBase(this.config.baseUrl, this.config.origin);
   }
 
   url(path: string, params: Params = {}): string {
@@ -49,13 +57,14 @@ export class ApiClient {
     return h;
   }
 
-  private async request(path: string, params: Params, signal?: AbortSignal): Promise<{ response: Response; text: string }> {
+  private async request(path: string, params: Params, signal?: AbortSignal): Promise<{ response: Response; text: string; url: string }> {
+    const url = this.url(path, params);
     let response: Response;
     try {
-      response = await this.fetchImpl(this.url(path, params), { method: 'GET', headers: this.headers(), signal });
+      response = await this.fetchImpl(url, { method: 'GET', headers: this.headers(), signal });
     } catch (err) {
       if ((err as Error)?.name === 'AbortError') throw err;
-      throw new ApiError(`Network error: ${(err as Error)?.message ?? String(err)}`, null, null);
+      throw new ApiError(`Network error: ${(err as Error)?.message ?? String(err)}`, null, null, null, url);
     }
     const text = await response.text();
     if (!response.ok) {
@@ -66,18 +75,18 @@ export class ApiClient {
         /* not JSON */
       }
       const detail = extractDetail(body);
-      throw new ApiError(detail ?? `HTTP ${response.status}`, response.status, detail, body);
+      throw new ApiError(detail ?? `HTTP ${response.status}`, response.status, detail, body, url);
     }
-    return { response, text };
+    return { response, text, url };
   }
 
   async getJson(path: string, params: Params = {}, signal?: AbortSignal): Promise<unknown> {
-    const { response, text } = await this.request(path, params, signal);
+    const { response, text, url } = await this.request(path, params, signal);
     if (!text) return null;
     try {
       return JSON.parse(text);
     } catch {
-      throw new ApiError('Failed to parse the server response as JSON', response.status, null, text);
+      throw new ApiError('Failed to parse the server response as JSON', response.status, null, text, url, 'parse');
     }
   }
 
@@ -125,7 +134,7 @@ function extractDetail(body: unknown): string | null {
   return null;
 }
 
-/** Short description of an error for alerts and empty states (dashboard.md 5, `getErrorDescriptor`). */
+/** Short description of an error for alerts and empty states (`getErrorDescriptor` of the spec). */
 export function getErrorDescriptor(error: unknown): string | null {
   if (!error) return null;
   if (error instanceof ApiError) {

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient, ApiError, getErrorDescriptor } from './client';
 import { formatDateTime, formatDuration, formatRelativeTime, formatStatusLabel } from './format';
 import { attributeEntries, buildWaterfall, fetchStatusCounts } from './insights';
-import { buildLearningCurve, fetchLearningCurve, fetchRewardsOf, formatReward, parseJsonl, type RewardRow } from './training';
+import { buildLearningCurve, fetchRewardHistory, fetchRewardsOf, formatReward, parseJsonl, type RewardRow } from './training';
 import { normalizePaginated, normalizeRollout, normalizeSpan, normalizeWorker } from './normalize';
 import { POLL_BACKOFF_FACTOR, pollCheckMs, pollDue } from './polling';
 import {
@@ -76,6 +76,9 @@ describe('url building', () => {
     expect(resolveApiUrl('http://h:1/', '/v1/agl/rollouts', 'http://o')).toBe('http://h:1/v1/agl/rollouts');
     expect(resolveApiUrl('  ', 'v1/agl/health', 'http://o:2')).toBe('http://o:2/v1/agl/health');
     expect(resolveApiUrl('http://h', 'http://abs/x', 'http://o')).toBe('http://abs/x');
+    // The API address the store prints works as a base URL too.
+    expect(resolveApiUrl('http://h:4747/v1/agl/', 'v1/agl/rollouts', 'http://o')).toBe('http://h:4747/v1/agl/rollouts');
+    expect(resolveApiUrl('http://h:4747/v1/agl', 'v1/agl/health', 'http://o')).toBe('http://h:4747/v1/agl/health');
   });
   it('repeats multi-valued parameters and omits empty ones', () => {
     expect(buildQuery({ status_in: ['a', 'b'], x: '', y: undefined, z: null, mode_in: [], limit: 5 })).toBe(
@@ -352,8 +355,9 @@ describe('training data (issue 18)', () => {
     expect(exportCall.url.searchParams.getAll('rollout_id_in')).toEqual(['r1', 'r2']);
     expect(exportCall.url.searchParams.getAll('status_in')).toHaveLength(7);
     expect(exportCall.headers.Authorization).toBe('Bearer t');
-    const curve = await fetchLearningCurve(client);
-    expect(curve.versions).toEqual(['v1']);
+    const history = await fetchRewardHistory(client);
+    expect(history.rows.map((r) => r.rolloutId)).toEqual(['r1', 'r2']);
+    expect([...history.createTimes.entries()]).toEqual([['v1', 5]]);
     expect(calls.at(-2)!.url.searchParams.getAll('status_in')).toEqual(['succeeded', 'failed']);
     expect(parseJsonl('{"a":1}\n\n{"a":2}\n')).toEqual([{ a: 1 }, { a: 2 }]);
     expect([formatReward(1), formatReward(0.25), formatReward(1 / 3), formatReward(null)]).toEqual(['1.0', '0.25', '0.333', '—']);

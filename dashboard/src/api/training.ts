@@ -142,8 +142,15 @@ export function buildLearningCurve(rows: readonly RewardRow[], createTimes: Read
   return { versions, modes, points, rewarded: rows.length - unrewarded, unrewarded };
 }
 
-/** Everything the learning curve panel needs: rewards of finished rollouts and the versions' creation times. */
-export async function fetchLearningCurve(client: ApiClient, signal?: AbortSignal): Promise<LearningCurve> {
+/** Final rewards of the finished rollouts and the creation time of every resources version: what the learning curve
+ * and its run selector are built from. */
+export interface RewardHistory {
+  rows: RewardRow[];
+  createTimes: Map<string, number>;
+}
+
+/** One rewards export of the finished rollouts (succeeded or failed) and the resources list (for the order). */
+export async function fetchRewardHistory(client: ApiClient, signal?: AbortSignal): Promise<RewardHistory> {
   const [rows, resources] = await Promise.all([
     fetchRewards(client, { statusIn: ['succeeded', 'failed'] }, signal),
     client.getJson('v1/agl/resources', { limit: -1, offset: 0, sort_by: 'create_time', sort_order: 'asc' }, signal),
@@ -152,7 +159,7 @@ export async function fetchLearningCurve(client: ApiClient, signal?: AbortSignal
   for (const item of ((resources as { items?: unknown[] })?.items ?? []) as Record<string, unknown>[]) {
     if (typeof item.resources_id === 'string' && typeof item.create_time === 'number') createTimes.set(item.resources_id, item.create_time);
   }
-  return buildLearningCurve(rows, createTimes);
+  return { rows, createTimes };
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,15 +1,20 @@
-// URL building (dashboard.md section 2 and 4.1).
+// URL building: API paths against the backend base URL, query strings with repeated parameters.
 
 export type ParamValue = string | number | boolean | null | undefined | ReadonlyArray<string | number>;
 export type Params = Record<string, ParamValue>;
 
-/** Resolve `path` (e.g. `v1/agl/rollouts`) against the base URL; blank base → `fallbackOrigin`. */
+/** The store's address from a base URL as users type it: blank → `fallbackOrigin`; trailing slashes and the API
+ * prefix the store prints (`http://127.0.0.1:4747/v1/agl`) are dropped. */
+export function storeBase(baseUrl: string | null | undefined, fallbackOrigin: string): string {
+  const base = (baseUrl ?? '').trim() || fallbackOrigin;
+  return base.replace(/\/+$/, '').replace(/\/v1\/agl$/i, '').replace(/\/+$/, '');
+}
+
+/** Resolve `path` (e.g. `v1/agl/rollouts`) against the base URL (see {@link storeBase}). */
 export function resolveApiUrl(baseUrl: string | null | undefined, path: string, fallbackOrigin: string): string {
   if (/^https?:\/\//i.test(path)) return path;
-  const base = (baseUrl ?? '').trim() || fallbackOrigin;
-  const cleanBase = base.replace(/\/+$/, '');
   const cleanPath = path.replace(/^\/+/, '');
-  return `${cleanBase}/${cleanPath}`;
+  return `${storeBase(baseUrl, fallbackOrigin)}/${cleanPath}`;
 }
 
 /** Query string with repeated multi-valued parameters; null/undefined/empty-string/empty-array values are omitted. */

@@ -1,10 +1,8 @@
 import { FilterIcon } from './icons';
-// Server-side paginated/sorted table with responsive columns and the empty/error states of dashboard.md 5.
+// Server-side paginated/sorted table with responsive columns, an empty state and an error page naming the failed URL.
 import { Fragment, useEffect, useLayoutEffect, useRef, useState, type ReactNode } from 'react';
 import type { SortState } from '../api/types';
-import { getErrorDescriptor } from '../api/client';
-import { isUnauthorized } from '../api/training';
-import { navigate } from '../router';
+import { ErrorState } from './ErrorState';
 
 export interface Column<R> {
   accessor: string;
@@ -87,8 +85,6 @@ export interface DataTableProps<R> {
   rowProps?: (row: R) => Record<string, string>;
 }
 
-const capitalize = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
-
 export function DataTable<R>(props: DataTableProps<R>) {
   const {
     testId, things, columns, rows, rowKey, sort, onSort, page = 1, pageSize, total, onPage, onPageSize, fetching, error,
@@ -104,7 +100,6 @@ export function DataTable<R>(props: DataTableProps<R>) {
     if (!fetching && onPage && total !== undefined && page > lastPage) onPage(lastPage);
   }, [fetching, onPage, total, page, lastPage]);
 
-  const descriptor = error ? getErrorDescriptor(error) : null;
   const empty = rows.length === 0;
 
   return (
@@ -179,28 +174,8 @@ export function DataTable<R>(props: DataTableProps<R>) {
         </table>
         {empty && !fetching && (
           <div className="empty-state" data-testid={`${testId}-empty`}>
-            {isUnauthorized(error) ? (
-              <>
-                <div className="empty-title" data-testid="unauthorized-state">Unauthorized — set the API token in Settings.</div>
-                <div className="dim">
-                  The store requires an API token ({getErrorDescriptor(error) ?? 'missing or invalid bearer token'}). It is kept in this browser only.
-                </div>
-                <div className="button-row">
-                  <button type="button" className="button" onClick={() => navigate('/settings')}>Open Settings</button>
-                  {onRetry && <button type="button" className="button subtle" onClick={onRetry}>Retry</button>}
-                </div>
-              </>
-            ) : error ? (
-              <>
-                <div className="empty-title">
-                  {capitalize(things)} are temporarily unavailable{descriptor ? ` (${descriptor})` : ''}.
-                </div>
-                <div className="dim">Use the retry button to try again, or adjust the filters to broaden the results.</div>
-                <div className="button-row">
-                  {onRetry && <button type="button" className="button" onClick={onRetry}>Retry</button>}
-                  {filtersActive && onClearFilters && <button type="button" className="button subtle" onClick={onClearFilters}>Clear filters</button>}
-                </div>
-              </>
+            {error ? (
+              <ErrorState error={error} things={things} onRetry={onRetry} filtersActive={filtersActive} onClearFilters={onClearFilters} />
             ) : (
               <>
                 <div className="empty-title">{props.emptyTitle ?? `No ${things} found`}</div>

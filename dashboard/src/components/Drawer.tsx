@@ -1,5 +1,6 @@
+// Global right-side drawer. On wide screens it is docked beside the page (the page narrows, nothing is covered: the
+// learning curve stays in view); on narrow ones it slides over the page with a dimmed overlay that closes it.
 import { CloseIcon } from './icons';
-// Global right-side drawer (dashboard.md 3.4).
 import { useEffect, useRef, useState } from 'react';
 import { fetchAttempts, fetchSpans } from '../api/queries';
 import type { Attempt, Rollout, SortState } from '../api/types';
@@ -7,7 +8,7 @@ import { useQuery } from '../hooks/useQuery';
 import { Link, useLocation } from '../router';
 import { useConfig } from '../state/config';
 import { useUi, type DrawerContent } from '../state/ui';
-import { Badge, CopyButton, JsonView } from './common';
+import { Badge, CopyButton, JsonView, RunnerStateBadge } from './common';
 import { ConversationView } from './Conversation';
 import { TracesTable, rolloutForSpan } from './TracesTable';
 
@@ -107,7 +108,7 @@ function DrawerTitle({ content }: { content: DrawerContent }) {
   const { worker } = content;
   return (
     <div className="drawer-title">
-      <div className="row"><strong className="mono">{worker.workerId}</strong><CopyButton value={worker.workerId} label={`Copy worker ID ${worker.workerId}`} /><Badge kind="worker" value={worker.status} /></div>
+      <div className="row"><strong className="mono">{worker.workerId}</strong><CopyButton value={worker.workerId} label={`Copy worker ID ${worker.workerId}`} /><RunnerStateBadge worker={worker} now={Date.now() / 1000} /></div>
       <div className="row small">Rollout {worker.currentRolloutId ?? '—'} · Attempt {worker.currentAttemptId ?? '—'}</div>
     </div>
   );
@@ -130,15 +131,15 @@ export function Drawer() {
   }, [drawer, closeDrawer]);
   if (!drawer) return null;
   return (
-    <div className="drawer-root">
+    <>
       <div className="drawer-overlay" data-testid="drawer-overlay" onClick={closeDrawer} />
-      <aside className="drawer" role="dialog" aria-modal="true" data-testid="drawer" data-drawer-type={drawer.type}>
+      <aside className="drawer" role="dialog" aria-label="Details" data-testid="drawer" data-drawer-type={drawer.type}>
         <header className="drawer-header">
           <DrawerTitle content={drawer} />
           <button type="button" className="icon-button" aria-label="Close drawer" onClick={closeDrawer}><CloseIcon /></button>
         </header>
         <div className="drawer-content"><DrawerBody content={drawer} /></div>
       </aside>
-    </div>
+    </>
   );
 }

@@ -1,5 +1,5 @@
+// Application shell: navigation, connection indicator, alert banner, drawer.
 import { AlertIcon, CloseIcon, InfoIcon } from './icons';
-// Application shell: navigation, connection indicator, alert banner, drawer (dashboard.md 3.2).
 import { useEffect, useState, type ReactNode } from 'react';
 import { Link, navigate, useLocation } from '../router';
 import { useConfig } from '../state/config';
@@ -71,8 +71,9 @@ function AlertBanner() {
 
 export function Layout({ children }: { children: ReactNode }) {
   const { pathname } = useLocation();
+  const { drawer } = useUi();
   return (
-    <div className="shell">
+    <div className={drawer ? 'shell with-drawer' : 'shell'}>
       <nav className="navbar" aria-label="Main navigation">
         <div className="brand">
           <span className="logo" aria-hidden="true">⚡</span>

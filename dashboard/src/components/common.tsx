@@ -1,6 +1,8 @@
 import { CheckIcon, CopyIcon } from './icons';
 import { useState, type ReactNode } from 'react';
 import { formatDateTime, formatRelativeTime, formatStatusLabel } from '../api/format';
+import { runnerState, runnerStateHint } from '../api/runners';
+import type { Worker } from '../api/types';
 
 const ROLLOUT_COLORS: Record<string, string> = {
   queuing: 'gray',
@@ -20,16 +22,16 @@ const ATTEMPT_COLORS: Record<string, string> = {
   unresponsive: 'orange',
 };
 const SPAN_COLORS: Record<string, string> = { UNSET: 'gray', OK: 'teal', ERROR: 'red' };
-const WORKER_COLORS: Record<string, string> = { busy: 'orange', idle: 'teal', unknown: 'gray' };
+const WORKER_COLORS: Record<string, string> = { busy: 'orange', idle: 'teal', unknown: 'gray', stopped: 'slate', offline: 'red' };
 
 export type BadgeKind = 'rollout' | 'attempt' | 'span' | 'worker' | 'plain';
 
-export function Badge({ kind, value, color, children }: { kind: BadgeKind; value: string; color?: string; children?: ReactNode }) {
+export function Badge({ kind, value, color, title, children }: { kind: BadgeKind; value: string; color?: string; title?: string; children?: ReactNode }) {
   const palette =
     kind === 'rollout' ? ROLLOUT_COLORS : kind === 'attempt' ? ATTEMPT_COLORS : kind === 'span' ? SPAN_COLORS : kind === 'worker' ? WORKER_COLORS : {};
   const c = color ?? palette[value] ?? 'gray';
   return (
-    <span className={`badge badge-${c}`} data-status={value}>
+    <span className={`badge badge-${c}`} data-status={value} title={title}>
       {children ?? (kind === 'span' ? value : formatStatusLabel(value))}
     </span>
   );
@@ -67,6 +69,12 @@ export function IdWithCopy({ id, label }: { id: string | null | undefined; label
       <CopyButton value={id} label={`${label} ${id}`} />
     </span>
   );
+}
+
+/** A runner's state badge: the store's busy/idle/unknown, or "Stopped" / "Offline" from its heartbeats. */
+export function RunnerStateBadge({ worker, now }: { worker: Worker; now: number }) {
+  const state = runnerState(worker, now);
+  return <Badge kind="worker" value={state} title={runnerStateHint(worker, state, now)} />;
 }
 
 export function TwoLineTime({ value }: { value: number | null }) {

@@ -1,9 +1,10 @@
+// Runners (workers) page: the store's workers with their state, heartbeat times and detail.
 import { InfoIcon } from '../components/icons';
-// Runners (workers) page (dashboard.md 9).
 import { fetchWorkers, selectWorkersArgs } from '../api/queries';
 import type { SortState, Worker } from '../api/types';
-import { Badge, IdWithCopy, PageHeader, SearchInput, Skeleton, TwoLineTime } from '../components/common';
+import { IdWithCopy, PageHeader, RunnerStateBadge, SearchInput, Skeleton, TwoLineTime } from '../components/common';
 import { DataTable, type Column } from '../components/DataTable';
+import { useNow } from '../hooks/useNow';
 import { useFetchAlert, usePageState, useQuery } from '../hooks/useQuery';
 import { useConfig } from '../state/config';
 import { useUi } from '../state/ui';
@@ -20,6 +21,7 @@ export function RunnersPage() {
   const { client, config } = useConfig();
   const { openDrawer } = useUi();
   const [state, update] = usePageState<WorkersState>('workers', INITIAL);
+  const now = useNow();
   const args = selectWorkersArgs(state);
   const q = useQuery(`workers|${client.serverKey}|${config.token}|${JSON.stringify(args)}`, (signal) => fetchWorkers(client, args, signal), {
     pollMs: config.autoRefreshMs,
@@ -27,7 +29,7 @@ export function RunnersPage() {
   useFetchAlert('workers-fetch', [q.error], !q.isFetching, (d) => `Unable to refresh workers${d ? ` (${d})` : ''}. The table may be out of date until the connection recovers.`);
   const columns: Column<Worker>[] = [
     { accessor: 'workerId', title: 'Runner ID', sortable: true, fixedWidth: 12, priority: 0, render: (w) => <IdWithCopy id={w.workerId} label="Copy worker ID" /> },
-    { accessor: 'status', title: 'Status', sortable: true, fixedWidth: 6, priority: 1, render: (w) => <Badge kind="worker" value={w.status} /> },
+    { accessor: 'status', title: 'Status', sortable: true, fixedWidth: 6, priority: 1, render: (w) => <RunnerStateBadge worker={w} now={now} /> },
     { accessor: 'currentRolloutId', title: 'Current Rollout', sortable: true, fixedWidth: 14, priority: 3, render: (w) => <span className="mono">{w.currentRolloutId ?? '—'}</span> },
     { accessor: 'currentAttemptId', title: 'Current Attempt', sortable: true, fixedWidth: 14, priority: 3, render: (w) => <span className="mono">{w.currentAttemptId ?? '—'}</span> },
     { accessor: 'lastHeartbeatTime', title: 'Heartbeat', sortable: true, fixedWidth: 10, priority: 2, render: (w) => <TwoLineTime value={w.lastHeartbeatTime} /> },

@@ -2,8 +2,8 @@
 
 With the bundle installed, ``GET /`` and the dashboard's client-side routes (:data:`DASHBOARD_ROUTES`, each also with a
 trailing slash or a sub-path) answer ``index.html``, files of the bundle are served as files (``/assets/*`` with an
-immutable cache header) and every other path answers 404 JSON, so probes and scrapers never mistake the dashboard for
-what they look for.
+immutable cache header; the files at the bundle's root, such as ``/favicon.ico``, cached for a day) and every other
+path answers 404 JSON, so probes and scrapers never mistake the dashboard for what they look for.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ answer ``index.html`` (the SPA fallback). Every other path that is neither an AP
 ``/health``, ``/metrics``, ``/v1/...``, ``/favicon.ico`` when the bundle has none -- answers 404 JSON."""
 
 _IMMUTABLE = (b"cache-control", b"public, max-age=31536000, immutable")
+_ONE_DAY = "public, max-age=86400"
+"""Cache lifetime of the bundle's files that keep their name across builds (the favicon): browsers ask again daily."""
 
 
 def dashboard_available(directory: Path) -> bool:
@@ -69,8 +71,10 @@ def dashboard_routes(directory: Path) -> List[Route]:
         if full_path.split("/", 1)[0] in DASHBOARD_ROUTES:
             return FileResponse(index)
         candidate = (directory / full_path).resolve()
+        if candidate == index.resolve():
+            return FileResponse(index)  # never cached: it names the current build's assets
         if candidate.is_file() and root in candidate.parents:
-            return FileResponse(candidate)
+            return FileResponse(candidate, headers={"cache-control": _ONE_DAY})
         return JSONResponse({"detail": "Not Found"}, status_code=404)
 
     routes.append(Route(["GET"], "/", dashboard_index, maps_errors=False, include_in_schema=False))

@@ -2,11 +2,11 @@
 
 * ``GET /v1/agl/export?format=...`` streams :mod:`rollouthub.export` rows as JSONL (``application/x-ndjson``, an
   attachment named ``rollouthub-<format>.jsonl``), reading the store page by page: the server's memory stays bounded
-  whatever the store holds. Query parameters: ``format`` (``messages``, ``triplets``, ``preferences``, ``rewards``),
-  ``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in`` (repeated), ``since``, ``until``,
-  ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``), ``dedupe`` (``true``/``false``),
-  ``triplet_fields`` (``completion``/``response``) -- validated before anything is read: a bad or unknown parameter
-  is a 400 naming it. Every export shares the server's cache of final rewards
+  whatever the store holds. Query parameters: ``format`` (``messages``, ``triplets``, ``preferences``, ``rewards``,
+  ``trajectories``), ``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in`` (repeated), ``since``,
+  ``until``, ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``), ``dedupe``
+  (``true``/``false``), ``triplet_fields`` (``completion``/``response``), ``level`` (``trajectory``/``transition``,
+  ``format=trajectories`` only) -- validated before anything is read: a bad or unknown parameter is a 400 naming it. Every export shares the server's cache of final rewards
   (:class:`rollouthub.export.reward_cache.FinalRewardCache` in ``app.state.reward_cache``, at most
   ``ROLLOUTHUB_REWARD_CACHE_ENTRIES`` entries, default 100 000; ``0`` disables it): the dashboard's learning curve
   re-reads every finished rollout's final reward every few seconds, and the spans are read again only for the
@@ -35,7 +35,7 @@ from .routing import REQUIRED, Query, Route
 
 __all__ = ["export_routes", "parse_export_query", "ExportQuery"]
 
-_OPTION_PARAMS = ("pairs", "dedupe", "triplet_fields")
+_OPTION_PARAMS = ("pairs", "dedupe", "triplet_fields", "level")
 _LIST_PARAMS = ("status_in", "mode_in", "resources_id_in", "rollout_id_in")
 _NUMBER_PARAMS = ("since", "until", "min_reward", "max_reward")
 _PAGE_SIZE = 100
@@ -60,12 +60,14 @@ class ExportQuery:
     pairs: str = "all"
     dedupe: bool = False
     triplet_fields: str = "completion"
+    level: str = "trajectory"
 
 
 def parse_export_query(params: QueryParams) -> ExportQuery:
     """The :class:`ExportQuery` of the query parameters; ``HTTPException(400)`` naming the bad one."""
     from rollouthub.export.dedupe import DEDUPE_FIELDS
     from rollouthub.export.selection import EXPORT_FORMATS, TRIPLET_FIELDS, ExportSelection
+    from rollouthub.types import TRAJECTORY_LEVELS
 
     known = {"format", *_OPTION_PARAMS, *_LIST_PARAMS, *_NUMBER_PARAMS}
     for key in params.keys():
@@ -88,6 +90,11 @@ def parse_export_query(params: QueryParams) -> ExportQuery:
     triplet_fields = params.get("triplet_fields", "completion")
     if triplet_fields not in TRIPLET_FIELDS:
         raise _bad("triplet_fields", f"must be one of {', '.join(TRIPLET_FIELDS)}")
+    level = params.get("level", "trajectory")
+    if "level" in params and format != "trajectories":
+        raise _bad("level", "applies to format=trajectories only")
+    if level not in TRAJECTORY_LEVELS:
+        raise _bad("level", f"must be one of {', '.join(TRAJECTORY_LEVELS)}")
     fields: Dict[str, Any] = {key: params.getlist(key) for key in _LIST_PARAMS if key in params}
     for key in _NUMBER_PARAMS:
         if key in params:
@@ -103,7 +110,7 @@ def parse_export_query(params: QueryParams) -> ExportQuery:
             str(error["loc"][0]) if error["loc"] else "/".join(k for k in fields if k in str(error["msg"])) or "query"
         )
         raise _bad(field, str(error["msg"]).removeprefix("Value error, ")) from None
-    return ExportQuery(format, selection, pairs, dedupe in ("true", "1"), triplet_fields)
+    return ExportQuery(format, selection, pairs, dedupe in ("true", "1"), triplet_fields, level)
 
 
 def _reward_cache_entries() -> Optional[int]:
@@ -151,6 +158,7 @@ async def _export_rows(call: Call, cache_entries: Optional[int]) -> Any:
             triplet_fields=query.triplet_fields,  # type: ignore[arg-type]
             page_size=page_size,
             rewards=rewards,
+            level=query.level,  # type: ignore[arg-type]
         ):
             line = encode_jsonl(row)
             chunk.append(line)
@@ -184,7 +192,7 @@ async def conversation(call: Call) -> Any:
 
 
 _EXPORT_QUERY = {
-    "format": Query(str, REQUIRED, description="messages, triplets, preferences or rewards"),
+    "format": Query(str, REQUIRED, description="messages, triplets, preferences, rewards or trajectories"),
     "status_in": Query(Optional[List[str]], description="rollout statuses (default: succeeded, failed)"),
     "mode_in": Query(Optional[List[str]]),
     "resources_id_in": Query(Optional[List[str]]),
@@ -196,6 +204,7 @@ _EXPORT_QUERY = {
     "pairs": Query(Optional[str], description="preferences: all (default) or best-worst"),
     "dedupe": Query(Optional[str], description="true: drop rows repeating an earlier row's content"),
     "triplet_fields": Query(Optional[str], description="triplets: completion (default, TRL's names) or response"),
+    "level": Query(Optional[str], description="trajectories: trajectory (default) or transition"),
 }
 
 
