@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dedupe",
         action="store_true",
         help="Drop rows whose content repeats an earlier row (messages: messages+tools; triplets: prompt+answer; "
-        "preferences: prompt+chosen+rejected); the first stays.",
+        "preferences: prompt+chosen+rejected; trajectories: token ids+mask); the first stays.",
     )
     out.add_argument(
         "--triplet-fields",

@@ -2,8 +2,10 @@
 
 A row's identity is the exact JSON of the fields a trainer learns from, per format (:data:`DEDUPE_FIELDS`): the
 ``messages`` and ``tools`` of an SFT row, the prompt, answer and token ids of a triplet, the prompt, both answers and
-tools of a preference pair. Ids, rewards and inputs are not part of it: of rows that differ only there, the first in
-export order stays. Memory: a 16-byte hash per distinct row.
+tools of a preference pair, the token ids and mask of a trajectory (``prompt_ids``, ``response_ids``,
+``response_mask``: the tokens trained on and which of them are the policy's). Ids, rewards, inputs and, for
+trajectories, log-probabilities, policy versions and call boundaries are not part of it: of rows that differ only
+there, the first in export order stays. Memory: a 16-byte hash per distinct row.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ DEDUPE_FIELDS: Dict[str, Tuple[str, ...]] = {
         "response_token_ids",
     ),
     "preferences": ("prompt", "chosen", "rejected", "tools"),
+    "trajectories": ("prompt_ids", "response_ids", "response_mask"),
 }
 """The fields that identify a row, per format that can be de-duplicated (``rewards`` rows are one per rollout)."""
 

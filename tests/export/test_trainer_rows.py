@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import pytest
 
 from rollouthub.export import export
+from rollouthub.export.dedupe import RowDeduper
 from rollouthub.export.preferences import split_pair
 
 from .conftest import PROMPT_PLAN, PromptsDb, run_cli, serve_store
@@ -172,6 +173,7 @@ def _identity(row: Dict[str, Any], fields: List[str]) -> str:
     [
         ("messages", ["messages", "tools"]),
         ("triplets", ["prompt", "completion", "prompt_token_ids", "completion_token_ids"]),
+        ("trajectories", ["prompt_ids", "response_ids", "response_mask"]),
     ],
 )
 def test_dedupe_keeps_the_first_of_each_distinct_row(
@@ -201,8 +203,30 @@ def test_dedupe_of_pairs_and_where_it_does_not_apply(prompts_db: PromptsDb, agen
     result = run_cli("export", "rewards", "--db", str(agent_db), "--dedupe")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (
-        "rollouthub export: error: dedupe applies to messages, triplets, preferences rows, not to rewards rows\n"
+        "rollouthub export: error: dedupe applies to messages, triplets, preferences, trajectories rows, not to "
+        "rewards rows\n"
     )
+
+
+def test_a_trajectory_is_its_token_ids_and_mask() -> None:
+    deduper = RowDeduper("trajectories")
+    row = {
+        "rollout_id": "ro-1",
+        "prompt_ids": [1, 2],
+        "response_ids": [3, 4, 5],
+        "response_mask": [1, 0, 1],
+        "response_logprobs": [-0.5, 0.0, -0.25],
+        "reward": 1.0,
+        "policy_version": 3,
+    }
+    assert deduper.first_time(row)
+    # Another rollout sampling the same tokens, scored and served differently: the same training content.
+    assert not deduper.first_time(
+        {**row, "rollout_id": "ro-2", "response_logprobs": None, "reward": 0.0, "policy_version": 4}
+    )
+    # The same tokens with another one spliced in instead of sampled (or another prompt) are another sample.
+    assert deduper.first_time({**row, "response_mask": [1, 1, 1]})
+    assert deduper.first_time({**row, "prompt_ids": [1, 2, 3], "response_ids": [4, 5]})
 
 
 # ---------------------------------------------------------------------------------------------------------------------

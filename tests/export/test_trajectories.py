@@ -106,10 +106,13 @@ async def test_route_streams_trajectories_and_checks_the_level(agent_db: Path, t
         path = tmp_path / f"{level}.jsonl"
         await asyncio.to_thread(export, "trajectories", str(path), database=str(agent_db), level=level)
         expected[level] = _read_jsonl(path)
+    unique = tmp_path / "unique.jsonl"
+    await asyncio.to_thread(export, "trajectories", str(unique), database=str(agent_db), dedupe=True)
+    expected["dedupe"] = _read_jsonl(unique)
     server = await serve_store(agent_db)
     try:
         async with aiohttp.ClientSession() as session:
-            for query, level in (("", "trajectory"), ("&level=transition", "transition")):
+            for query, level in (("", "trajectory"), ("&level=transition", "transition"), ("&dedupe=true", "dedupe")):
                 async with session.get(f"{server.endpoint}/v1/agl/export?format=trajectories{query}") as response:
                     assert response.status == 200
                     rows = [json.loads(line) for line in (await response.text()).splitlines()]
