@@ -260,3 +260,70 @@ def prompts_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromptsDb]:
         ids = asyncio.run(_fill_prompts(f"sqlite:///{path}", llm))
     _clear_tracers()
     yield PromptsDb(path, ids)
+
+
+CAPITALS = {"France": "Paris", "Italy": "Rome"}
+SURE = "Are you sure?"
+
+
+def _capitals_reply() -> Any:
+    """Name the capital; to "Are you sure?" answer "Yes." the first time a question is asked again, "No." the next."""
+    doubts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def reply(request: Dict[str, Any]) -> str:
+        messages = request["messages"]
+        if messages[-1]["content"] != SURE:
+            return CAPITALS[messages[-1]["content"].removeprefix("Capital of ").rstrip("?")] + "."
+        with lock:
+            doubts[messages[1]["content"]] += 1
+            return "Yes." if doubts[messages[1]["content"]] % 2 == 1 else "No."
+
+    return reply
+
+
+@rollout
+async def chat_agent(task: Dict[str, Any], llm: LLM) -> None:
+    """A two-turn chat without tools (the question, then "Are you sure?"), asking for token ids and log-probabilities;
+    reward 1 when the model stands by its answer."""
+    messages: List[Any] = [
+        {"role": "system", "content": "You name capitals."},
+        {"role": "user", "content": f"Capital of {task['country']}?"},
+    ]
+    extra = {"return_token_ids": True}
+    async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="dummy", max_retries=0) as client:
+        for turn in range(2):
+            if turn:
+                messages.append({"role": "user", "content": SURE})
+            completion = await client.chat.completions.create(
+                model=llm.model, messages=messages, logprobs=True, extra_body=extra
+            )
+            messages.append({"role": "assistant", "content": completion.choices[0].message.content})
+    emit_reward(1.0 if messages[-1]["content"] == "Yes." else 0.0)
+
+
+async def _fill_chats(database_url: str, llm: MockOpenAIServer) -> None:
+    store = SqlLightningStore(database_url)
+    try:
+        resources = await store.add_resources({"main_llm": LLM(endpoint=llm.base_url, model="mock-capitals")})
+        for country in CAPITALS:
+            for _ in range(RUNS_PER_QUESTION):
+                await store.enqueue_rollout(
+                    input={"country": country}, mode="train", resources_id=resources.resources_id
+                )
+        await _run_all(store, chat_agent, len(CAPITALS) * RUNS_PER_QUESTION)
+    finally:
+        await store.close()
+
+
+@pytest.fixture(scope="session")
+def chat_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A SQLite store with 4 rollouts of :func:`chat_agent` served by a mock whose token ids are the UTF-8 bytes of the
+    conversation rendered with the tiny test model's chat template (``tokenization="chat_template"``), with
+    log-probabilities: each rollout is one multi-turn trajectory (the second turn's prompt continues the first)."""
+    path = tmp_path_factory.mktemp("chat") / "chat.db"
+    _clear_tracers()
+    with MockOpenAIServer(reply=_capitals_reply(), tokenization="chat_template") as llm:
+        asyncio.run(_fill_chats(f"sqlite:///{path}", llm))
+    _clear_tracers()
+    yield path
