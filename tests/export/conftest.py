@@ -154,18 +154,27 @@ async def _run_all(store: SqlLightningStore, agent: Any, count: int) -> None:
         uninstrument_openai()
 
 
-async def _fill(database_url: str, llm: MockOpenAIServer) -> None:
+async def _fill(database_url: str, llm: MockOpenAIServer, agent: Any, inputs: List[Dict[str, Any]]) -> None:
+    """Run ``agent`` on each of ``inputs`` :data:`RUNS_PER_QUESTION` times (in that order) against ``llm`` (the model
+    ``llm.model``)."""
     store = SqlLightningStore(database_url)
     try:
-        resources = await store.add_resources({"main_llm": LLM(endpoint=llm.base_url, model="mock-adder")})
-        for question in QUESTIONS:
+        resources = await store.add_resources({"main_llm": LLM(endpoint=llm.base_url, model=llm.model)})
+        for task in inputs:
             for _ in range(RUNS_PER_QUESTION):
-                await store.enqueue_rollout(
-                    input={"question": question}, mode="train", resources_id=resources.resources_id
-                )
-        await _run_all(store, tool_agent, len(QUESTIONS) * RUNS_PER_QUESTION)
+                await store.enqueue_rollout(input=task, mode="train", resources_id=resources.resources_id)
+        await _run_all(store, agent, len(inputs) * RUNS_PER_QUESTION)
     finally:
         await store.close()
+
+
+def _filled_db(path: Path, llm: MockOpenAIServer, agent: Any, inputs: List[Dict[str, Any]]) -> Path:
+    """:func:`_fill` the SQLite file ``path`` with tracers cleared around it."""
+    _clear_tracers()
+    with llm:
+        asyncio.run(_fill(f"sqlite:///{path}", llm, agent, inputs))
+    _clear_tracers()
+    return path
 
 
 def _clear_tracers() -> None:
@@ -176,12 +185,9 @@ def _clear_tracers() -> None:
 @pytest.fixture(scope="session")
 def agent_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A SQLite store with 6 rollouts of a tool-calling agent (2 LLM calls each, token ids recorded)."""
-    path = tmp_path_factory.mktemp("agent") / "agent.db"
-    _clear_tracers()
-    with MockOpenAIServer(reply=_mock_reply_factory()) as llm:
-        asyncio.run(_fill(f"sqlite:///{path}", llm))
-    _clear_tracers()
-    yield path
+    questions = [{"question": question} for question in QUESTIONS]
+    llm = MockOpenAIServer(reply=_mock_reply_factory(), model="mock-adder")
+    yield _filled_db(tmp_path_factory.mktemp("agent") / "agent.db", llm, tool_agent, questions)
 
 
 FRUIT_TEMPLATE = "Is {item} a fruit? Answer yes or no."
@@ -302,28 +308,11 @@ async def chat_agent(task: Dict[str, Any], llm: LLM) -> None:
     emit_reward(1.0 if messages[-1]["content"] == "Yes." else 0.0)
 
 
-async def _fill_chats(database_url: str, llm: MockOpenAIServer) -> None:
-    store = SqlLightningStore(database_url)
-    try:
-        resources = await store.add_resources({"main_llm": LLM(endpoint=llm.base_url, model="mock-capitals")})
-        for country in CAPITALS:
-            for _ in range(RUNS_PER_QUESTION):
-                await store.enqueue_rollout(
-                    input={"country": country}, mode="train", resources_id=resources.resources_id
-                )
-        await _run_all(store, chat_agent, len(CAPITALS) * RUNS_PER_QUESTION)
-    finally:
-        await store.close()
-
-
 @pytest.fixture(scope="session")
 def chat_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A SQLite store with 4 rollouts of :func:`chat_agent` served by a mock whose token ids are the UTF-8 bytes of the
     conversation rendered with the tiny test model's chat template (``tokenization="chat_template"``), with
     log-probabilities: each rollout is one multi-turn trajectory (the second turn's prompt continues the first)."""
-    path = tmp_path_factory.mktemp("chat") / "chat.db"
-    _clear_tracers()
-    with MockOpenAIServer(reply=_capitals_reply(), tokenization="chat_template") as llm:
-        asyncio.run(_fill_chats(f"sqlite:///{path}", llm))
-    _clear_tracers()
-    yield path
+    countries = [{"country": country} for country in CAPITALS]
+    llm = MockOpenAIServer(reply=_capitals_reply(), model="mock-capitals", tokenization="chat_template")
+    yield _filled_db(tmp_path_factory.mktemp("chat") / "chat.db", llm, chat_agent, countries)
