@@ -18,7 +18,8 @@ __all__ = ["main", "SUBCOMMANDS", "plain_text", "version_text"]
 SUBCOMMANDS: Dict[str, str] = {
     "store": "Run the LightningStore server (REST API, OTLP traces, Prometheus, dashboard).",
     "prometheus": "Serve the metrics of a Prometheus multiprocess directory.",
-    "export": "Export rollouts as training data (messages, triplets, preferences, rewards; JSONL or Parquet).",
+    "export": "Export rollouts as training data (messages, triplets, preferences, rewards, trajectories; JSONL or "
+    "Parquet).",
     "inspect": "Show what a store holds: counts, recent rollouts, final reward per resources version.",
 }
 
