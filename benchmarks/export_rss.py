@@ -70,7 +70,8 @@ async def fill(url: str, total: int) -> None:
                         "gen_ai.prompt.1.role": "user",
                         "gen_ai.prompt.1.content": question,
                         "gen_ai.completion.0.role": "assistant",
-                        "gen_ai.completion.0.content": f"Answer {k % 7}: " + "words " * 15,
+                        # Varies with the reward below: the answers to one prompt differ where their rewards do.
+                        "gen_ai.completion.0.content": f"Answer {(done + k) // INPUTS % 7}: " + "words " * 15,
                         "gen_ai.response.id": f"resp-{rid}",
                         "gen_ai.usage.prompt_tokens": 150,
                         "gen_ai.usage.completion_tokens": 25,
@@ -138,7 +139,9 @@ def child_api(database: str, kind: str, output: str) -> None:
     async def run() -> Dict[str, Any]:
         # Warm-up on a 1-rollout selection: imports and caches (e.g. the OpenAI message types) are loaded before the
         # baseline, so the growth is what the size of the store costs.
-        await export_async("messages", os.devnull, database=database, rollout_id_in=[await first_rollout(database)])
+        warm_up = output + ".warm-up.jsonl"  # a file of its own: an export replaces its output when it ends
+        await export_async("messages", warm_up, database=database, rollout_id_in=[await first_rollout(database)])
+        os.remove(warm_up)
         baseline = psutil.Process().memory_info().rss
         sampler = PeakRss(os.getpid())
         started = time.perf_counter()

@@ -1,8 +1,9 @@
-"""``rollouthub`` command line: ``rollouthub <subcommand> [args...]`` (store.md 13.2).
+"""``rollouthub`` command line: ``rollouthub <subcommand> [args...]``.
 
-Subcommands: ``store`` (run the store server), ``prometheus`` (expose a Prometheus multiprocess directory) and
-``export`` (training data out of a store); ``rollouthub --version``. The same commands run as ``python -m rollouthub``
-and ``python -m rollouthub.cli``. :func:`plain_text` turns docstrings into the plain text that ``--help`` output shows.
+Subcommands: ``store`` (run the store server), ``prometheus`` (expose a Prometheus multiprocess directory),
+``export`` (training data out of a store) and ``inspect`` (what a store holds); ``rollouthub --version``. The same
+commands run as ``python -m rollouthub`` and ``python -m rollouthub.cli``. :func:`plain_text` turns docstrings into
+the plain text that ``--help`` output shows.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ __all__ = ["main", "SUBCOMMANDS", "plain_text", "version_text"]
 SUBCOMMANDS: Dict[str, str] = {
     "store": "Run the LightningStore server (REST API, OTLP traces, Prometheus, dashboard).",
     "prometheus": "Serve the metrics of a Prometheus multiprocess directory.",
-    "export": "Export rollouts as training data (messages, triplets, preferences, rewards; JSONL or Parquet).",
+    "export": "Export rollouts as training data (messages, triplets, preferences, rewards, trajectories; JSONL or "
+    "Parquet).",
+    "inspect": "Show what a store holds: counts, recent rollouts, final reward per resources version.",
 }
 
 

@@ -1,21 +1,23 @@
 """``rollouthub export``: training data out of a store -- chat messages (SFT), triplets (RL), preference pairs,
-per-rollout rewards or token-level trajectories (RL), as JSONL (default) or Parquet.
+per-rollout rewards or token-level trajectories (RL), as JSON Lines (default) or Parquet, in the layouts TRL reads
+(see docs/export.md).
 
-Exit status: 0 on success, 1 when the source cannot be read or an extra is missing, 2 for invalid arguments.
+Exit status: 0 on success, 1 when the source cannot be used or read or an extra is missing, 2 for invalid arguments;
+every error is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
-import os
 import sys
 from typing import Any, Optional, Sequence
 
+from .sources import add_source_arguments, fail, run_reading, source_from_args
+
 __all__ = ["main", "build_parser", "parse_time"]
 
-_DEFAULT_DATABASE = "rollouthub.db"
+_PROG = "rollouthub export"
 
 
 def parse_time(text: str) -> float:
@@ -36,26 +38,43 @@ def parse_time(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rollouthub export``."""
-    from rollouthub.export import EXPORT_FORMATS, FINISHED_STATUSES
+    from rollouthub.export import EXPORT_FORMATS, FINISHED_STATUSES, TRIPLET_FIELDS
     from rollouthub.types.core import RolloutMode, RolloutStatus
 
     statuses = list(RolloutStatus.__args__)  # type: ignore[attr-defined]
     modes = list(RolloutMode.__args__)  # type: ignore[attr-defined]
     parser = argparse.ArgumentParser(
-        prog="rollouthub export",
-        description="Export rollouts as training data: messages (chat SFT), triplets (RL), preferences "
-        "(chosen/rejected pairs), rewards (one line per rollout) or trajectories (token ids, masks and serving "
-        "log-probabilities for RL). JSONL by default; Parquet with the [parquet] extra. Rows come in rollout "
-        "start-time order; progress and a summary go to stderr.",
+        prog=_PROG,
+        description="Export rollouts as training data in the layouts TRL reads: messages (chat SFT), triplets "
+        "(prompt/completion per LLM call, for RL), preferences (prompt/chosen/rejected: two answers to one prompt), "
+        "rewards (one line per rollout) or trajectories (token ids, masks and serving log-probabilities for RL). "
+        "JSON Lines by default; Parquet with the [parquet] extra. Rows come in rollout start-time order; progress "
+        "and a summary go to stderr.",
     )
     parser.add_argument("format", choices=EXPORT_FORMATS, help="What to export.")
-    source = parser.add_argument_group("source (default: --db ./rollouthub.db)")
-    source.add_argument("--store", metavar="URL", help="A running store server, e.g. http://127.0.0.1:4747.")
-    source.add_argument("--api-token", help="Bearer token for --store (default: $ROLLOUTHUB_API_TOKEN).")
-    source.add_argument("--db", metavar="PATH_OR_URL", help="A SQLite file or a sqlite:// / postgresql:// URL.")
+    add_source_arguments(parser)
     out = parser.add_argument_group("output")
-    out.add_argument("-o", "--output", default="-", help="Output file (default: stdout). .parquet selects Parquet.")
+    out.add_argument(
+        "-o",
+        "--output",
+        default="-",
+        help="Output file (default: stdout, JSON Lines): .jsonl or .ndjson for JSON Lines, .parquet or .pq for "
+        "Parquet; another extension needs --file-format.",
+    )
     out.add_argument("--file-format", choices=["jsonl", "parquet"], help="Default: from the output's extension.")
+    out.add_argument(
+        "--dedupe",
+        action="store_true",
+        help="Drop rows whose content repeats an earlier row (messages: messages+tools; triplets: prompt+answer; "
+        "preferences: prompt+chosen+rejected; trajectories: token ids+mask); the first stays.",
+    )
+    out.add_argument(
+        "--triplet-fields",
+        choices=TRIPLET_FIELDS,
+        default="completion",
+        help="triplets: TRL's prompt/completion names, completion = [assistant message] (default), or the answer "
+        "as text in 'response' with 'response_token_ids'.",
+    )
     select = parser.add_argument_group("selection (combined with AND)")
     select.add_argument(
         "--status",
@@ -76,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pairs",
         choices=["all", "best-worst"],
         default="all",
-        help="preferences: every pair with different rewards (default) or best against worst per input.",
+        help="preferences: every pair with different rewards (default) or best against worst, per prompt.",
     )
     parser.add_argument(
         "--level",
@@ -117,40 +136,41 @@ def _selection(args: argparse.Namespace) -> Any:
         raise ValueError(f"{flag}: {message}") from None
 
 
+def _fail(message: str, code: int) -> int:
+    return fail(_PROG, message, code)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``rollouthub export``; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
-    if args.store and args.db:
-        parser.error("give either --store or --db, not both")
     if args.page_size < 1:
-        parser.error("--page-size must be at least 1")
+        return _fail("--page-size must be at least 1", 2)
     if args.level is not None and args.format != "trajectories":
-        parser.error("--level applies to the trajectories format only")
-    try:
-        selection = _selection(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    database = None if args.store else (args.db or _DEFAULT_DATABASE)
-    if database == _DEFAULT_DATABASE and not os.path.exists(database):
-        print(
-            f"rollouthub export: error: no database at ./{_DEFAULT_DATABASE}; pass --db PATH or --store URL",
-            file=sys.stderr,
-        )
-        return 1
+        return _fail("--level applies to the trajectories format only", 2)
 
     from rollouthub.export import ExportSourceError, export_async
+    from rollouthub.export.dedupe import RowDeduper
+    from rollouthub.export.writers import file_format_of
     from rollouthub.utils.extras import MissingExtraError
 
-    file_format = args.file_format or ("parquet" if args.output.endswith((".parquet", ".pq")) else "jsonl")
+    try:
+        selection = _selection(args)
+        file_format = file_format_of(args.output, args.file_format)
+        if args.dedupe:
+            RowDeduper(args.format)
+        source = source_from_args(args)
+    except ExportSourceError as exc:
+        return _fail(str(exc), 1)
+    except ValueError as exc:
+        return _fail(str(exc), 2)
     if file_format == "parquet":
         from rollouthub.export.writers import parquet_schema
 
         try:
             parquet_schema(args.format)  # before any output: a missing extra is one line
         except MissingExtraError as exc:
-            print(f"rollouthub export: error: {exc}", file=sys.stderr)
-            return 1
+            return _fail(str(exc), 1)
     progress: Any = None
     task: Any = None
     if not args.quiet:
@@ -179,38 +199,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             started = True
         progress.update(task, completed=done, total=max(total, done))
 
-    try:
+    async def read() -> Any:
         try:
-            summary = asyncio.run(
-                export_async(
-                    args.format,
-                    args.output,
-                    store_url=args.store,
-                    api_token=args.api_token,
-                    database=database,
-                    selection=selection,
-                    file_format=file_format,
-                    pairing=args.pairs,
-                    page_size=args.page_size,
-                    on_progress=on_progress,
-                    level=args.level or "trajectory",
-                )
+            return await export_async(
+                args.format,
+                args.output,
+                store_url=source.store_url,
+                api_token=source.api_token,
+                database=source.database,
+                selection=selection,
+                file_format=file_format,
+                pairing=args.pairs,
+                dedupe=args.dedupe,
+                triplet_fields=args.triplet_fields,
+                page_size=args.page_size,
+                on_progress=on_progress,
+                level=args.level or "trajectory",
             )
         finally:
             if started:
                 progress.stop()
-    except (MissingExtraError, ExportSourceError) as exc:
-        print(f"rollouthub export: error: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"rollouthub export: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("rollouthub export: interrupted; no file written", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a store that cannot be reached or read: one line, no traceback
-        print(f"rollouthub export: error: cannot read the source: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+
+    summary, status = run_reading(_PROG, source, read, interrupted="interrupted; no file written")
+    if summary is None:
+        return status
     if not args.quiet:
         where = "stdout" if args.output == "-" else args.output
         print(f"Exported to {where}: {summary.describe()}.", file=sys.stderr)

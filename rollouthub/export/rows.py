@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from rollouthub.adapter.messages import LlmCallMessages, trace_llm_calls
 from rollouthub.adapter.triplet import TracerTraceToTriplet
 from rollouthub.emitter.reward import find_final_reward
 from rollouthub.types import Rollout, Span, Trajectories
+
+from .selection import TripletFields
 
 __all__ = [
     "DEFAULT_LLM_CALL_MATCH",
@@ -27,9 +29,9 @@ __all__ = [
     "triplet_rows",
     "trajectory_rows",
     "reward_row",
-    "preference_row",
     "conversation_view",
     "final_reward",
+    "message_key",
 ]
 
 DEFAULT_LLM_CALL_MATCH = r"openai\.chat\.completion|litellm_request"
@@ -48,7 +50,7 @@ class Conversation:
     span_ids: List[str]
 
 
-def _message_key(message: Mapping[str, Any]) -> Tuple[Any, ...]:
+def message_key(message: Mapping[str, Any]) -> Tuple[Any, ...]:
     """What identifies a message when a later call repeats it in its prompt (representations of ``content`` and tool
     calls vary slightly between a completion and the next request)."""
     calls = message.get("tool_calls") or []
@@ -79,8 +81,8 @@ def conversations(calls: Sequence[LlmCallMessages]) -> List[Conversation]:
         full = [dict(m) for m in [*call.prompt, *call.response]]
         current = result[-1] if result else None
         if current is not None and len(call.prompt) >= len(current.messages):
-            if [_message_key(m) for m in call.prompt[: len(current.messages)]] == [
-                _message_key(m) for m in current.messages
+            if [message_key(m) for m in call.prompt[: len(current.messages)]] == [
+                message_key(m) for m in current.messages
             ]:
                 current.messages = full
                 current.tools = _merge_tools(current.tools, call.tools)  # type: ignore[arg-type]
@@ -172,15 +174,33 @@ def _response_text(raw: Any) -> str:
     return "".join(parts)
 
 
+def _completion(raw: Any) -> List[Message]:
+    """The answer of an LLM call as TRL's conversational completion: a list holding the assistant message (text and
+    tool calls of the first choice; an empty text when the call recorded none)."""
+    choices = _as_list(raw)
+    message = _chat_message(choices[0]) if choices else {"role": "assistant", "content": ""}
+    message["role"] = "assistant"
+    if message.get("content") is None and not message.get("tool_calls"):
+        message["content"] = ""
+    return [message]
+
+
 def triplet_rows(
     rollout: Rollout,
     attempt_id: Optional[str],
     spans: Sequence[Span],
     adapter: Optional[TracerTraceToTriplet] = None,
+    fields: TripletFields = "completion",
 ) -> List[Dict[str, Any]]:
-    """``triplets`` rows: one per LLM call (``step`` 0, 1, ...), with the prompt as chat messages, the response text,
-    the token ids when the call recorded them (``null`` otherwise), the reward matched to the call and the rollout's
-    final reward."""
+    """``triplets`` rows: one per LLM call (``step`` 0, 1, ...), with the prompt as chat messages, the answer, the
+    token ids when the call recorded them (``null`` otherwise), the reward matched to the call and the rollout's final
+    reward. Calls without a recorded prompt give no row (no trainer accepts an empty prompt).
+
+    ``fields="completion"`` (default): TRL's prompt-completion names -- ``completion`` is a list with the assistant
+    message (text and tool calls), token ids in ``prompt_token_ids`` / ``completion_token_ids``.
+    ``fields="response"``: the answer as text in ``response``, token ids in ``prompt_token_ids`` /
+    ``response_token_ids``.
+    """
     adapter = adapter or TracerTraceToTriplet(llm_call_match=DEFAULT_LLM_CALL_MATCH)
     triplets = adapter.adapt(list(spans))
     reward = final_reward(spans)
@@ -188,17 +208,30 @@ def triplet_rows(
     for step, triplet in enumerate(triplets):
         prompt = triplet.prompt if isinstance(triplet.prompt, Mapping) else {}
         response = triplet.response if isinstance(triplet.response, Mapping) else {}
+        messages = [_chat_message(m) for m in _as_list(prompt.get("raw_content"))]
+        if not messages:
+            continue
         metadata = triplet.metadata
         request = metadata.get("request") if isinstance(metadata.get("request"), Mapping) else {}
         answer = metadata.get("response") if isinstance(metadata.get("response"), Mapping) else {}
+        if fields == "completion":
+            output = {
+                "completion": _completion(response.get("raw_content")),
+                "prompt_token_ids": prompt.get("token_ids") or None,
+                "completion_token_ids": response.get("token_ids") or None,
+            }
+        else:
+            output = {
+                "response": _response_text(response.get("raw_content")),
+                "prompt_token_ids": prompt.get("token_ids") or None,
+                "response_token_ids": response.get("token_ids") or None,
+            }
         rows.append(
             {
                 **rollout_ids(rollout, attempt_id),
                 "step": step,
-                "prompt": [_chat_message(m) for m in _as_list(prompt.get("raw_content"))],
-                "response": _response_text(response.get("raw_content")),
-                "prompt_token_ids": prompt.get("token_ids") or None,
-                "response_token_ids": response.get("token_ids") or None,
+                "prompt": messages,
+                **output,
                 "reward": triplet.reward,
                 "final_reward": reward,
                 "response_id": metadata.get("response_id"),
@@ -231,39 +264,6 @@ def reward_row(rollout: Rollout, attempt_id: Optional[str], reward: Optional[flo
         "start_time": rollout.start_time,
         "end_time": rollout.end_time,
         "reward": reward,
-    }
-
-
-def preference_row(
-    input: Any,
-    chosen: Tuple[Mapping[str, Any], Sequence[Message]],
-    rejected: Tuple[Mapping[str, Any], Sequence[Message]],
-) -> Dict[str, Any]:
-    """``preferences`` row in the ``prompt``/``chosen``/``rejected`` layout of preference-tuning libraries.
-
-    ``chosen`` and ``rejected`` are ``(info, messages)`` with ``info`` holding ``rollout_id``, ``resources_id`` and
-    ``reward``. ``prompt`` is the longest common beginning of the two conversations (the shared prompt) and
-    ``chosen``/``rejected`` continue it, so ``prompt + chosen`` is the whole chosen conversation. Rollouts that ran
-    with different prompts (e.g. two prompt versions) share a shorter prompt, possibly none.
-    """
-    a, b = list(chosen[1]), list(rejected[1])
-    shared = 0
-    while shared < min(len(a), len(b)) and _message_key(a[shared]) == _message_key(b[shared]):
-        shared += 1
-    # Keep at least one message on each side (identical conversations have no preference to learn).
-    shared = min(shared, len(a) - 1, len(b) - 1)
-    shared = max(shared, 0)
-    return {
-        "input": input,
-        "prompt": a[:shared],
-        "chosen": a[shared:],
-        "rejected": b[shared:],
-        "chosen_reward": chosen[0]["reward"],
-        "rejected_reward": rejected[0]["reward"],
-        "chosen_rollout_id": chosen[0]["rollout_id"],
-        "rejected_rollout_id": rejected[0]["rollout_id"],
-        "chosen_resources_id": chosen[0]["resources_id"],
-        "rejected_resources_id": rejected[0]["resources_id"],
     }
 
 
@@ -307,18 +307,3 @@ def conversation_view(rollout: Rollout, attempt_id: Optional[str], spans: Sequen
             {"messages": c.messages, "tools": c.tools, "span_ids": c.span_ids} for c in conversations(calls)
         ],
     }
-
-
-def iter_pairs(ranked: Sequence[Tuple[float, int]], pairing: str) -> Iterable[Tuple[int, int]]:
-    """Index pairs (chosen, rejected) of rollouts ranked by ``(reward, order)``: ``all`` pairs with a strictly higher
-    reward first, or only the best against the worst."""
-    ordered = sorted(ranked, key=lambda item: (-item[0], item[1]))
-    if pairing == "best-worst":
-        best, worst = ordered[0], min(ordered, key=lambda item: (item[0], item[1]))
-        if best[0] > worst[0]:
-            yield best[1], worst[1]
-        return
-    for i, (reward_i, index_i) in enumerate(ordered):
-        for reward_j, index_j in ordered[i + 1 :]:
-            if reward_i > reward_j:
-                yield index_i, index_j

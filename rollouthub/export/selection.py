@@ -17,6 +17,8 @@ __all__ = [
     "ExportFormat",
     "EXPORT_FORMATS",
     "Pairing",
+    "TripletFields",
+    "TRIPLET_FIELDS",
     "ExportSelection",
     "FINISHED_STATUSES",
     "MAX_ID_FILTERS",
@@ -31,7 +33,15 @@ rollout: ids and final reward; what the dashboard's learning curve and reward co
 EXPORT_FORMATS: Tuple[str, ...] = get_args(ExportFormat)
 
 Pairing = Literal["all", "best-worst"]
-"""Preference pairs per input: every pair of rollouts with different final rewards, or only best against worst."""
+"""Preference pairs per group of answers to one prompt: every pair of rollouts with different final rewards, or only
+best against worst."""
+
+TripletFields = Literal["completion", "response"]
+"""Field names of ``triplets`` rows: ``completion`` (default; TRL's conversational prompt-completion layout: ``prompt``
+messages, ``completion`` = a list with the assistant message, ``completion_token_ids``) or ``response`` (the answer as
+text in ``response``, ``response_token_ids``: the rows of rollouthub before TRL's names became the default)."""
+
+TRIPLET_FIELDS: Tuple[str, ...] = get_args(TripletFields)
 
 FINISHED_STATUSES: Tuple[RolloutStatus, ...] = ("succeeded", "failed")
 """Default status selection: rollouts that ran to an end (cancelled ones usually stopped half way)."""

@@ -10,16 +10,59 @@ that is not text, tool parameters) are JSON text; token ids are ``list<int64>``,
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, BinaryIO, Dict, List, Optional, Sequence
 
 from rollouthub.utils.extras import import_extra
 
-from .selection import ExportFormat
+from .selection import ExportFormat, TripletFields
 
-__all__ = ["FileFormat", "RowWriter", "JsonlWriter", "ParquetWriter", "open_writer", "PARQUET_ROW_GROUP"]
+__all__ = [
+    "FileFormat",
+    "FILE_EXTENSIONS",
+    "RowWriter",
+    "JsonlWriter",
+    "ParquetWriter",
+    "file_format_of",
+    "open_writer",
+    "PARQUET_ROW_GROUP",
+]
 
 FileFormat = str
 """``"jsonl"`` or ``"parquet"``."""
+
+FILE_EXTENSIONS: Dict[str, FileFormat] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+"""Output extensions (any case) and the file format each selects."""
+
+
+def file_format_of(output: Optional[str], file_format: Optional[FileFormat] = None) -> FileFormat:
+    """The file format to write: ``file_format`` when given, JSON Lines for stdout (``None`` or ``"-"``), else from
+    the output's extension (:data:`FILE_EXTENSIONS`).
+
+    Raises:
+        ValueError: one line naming the output, for an unknown file format or an extension that selects none (``.csv``;
+            ``.json`` too: the rows are JSON Lines, not one JSON document).
+    """
+    if file_format is not None:
+        if file_format not in ("jsonl", "parquet"):
+            raise ValueError(f"unknown file format {file_format!r}; use 'jsonl' or 'parquet'")
+        return file_format
+    if output is None or output == "-":
+        return "jsonl"
+    extension = os.path.splitext(output)[1].lower()
+    if extension not in FILE_EXTENSIONS:
+        hint = " (the rows are JSON Lines, one object per line: name it .jsonl)" if extension == ".json" else ""
+        raise ValueError(
+            f"cannot tell the file format of {output!r} from its extension{hint}; "
+            f"use {', '.join(FILE_EXTENSIONS)} or give --file-format jsonl|parquet"
+        )
+    return FILE_EXTENSIONS[extension]
+
 
 PARQUET_ROW_GROUP = 1000
 
@@ -116,7 +159,7 @@ def _parquet_row(format: str, row: Dict[str, Any]) -> Dict[str, Any]:
     out = dict(row)
     if "input" in out:
         out["input"] = _json_text(out["input"])
-    for key in ("messages", "prompt", "chosen", "rejected"):
+    for key in ("messages", "prompt", "completion", "chosen", "rejected"):
         if key in out and isinstance(out[key], list):
             out[key] = _messages(out[key])
     if "tools" in out:
@@ -124,8 +167,9 @@ def _parquet_row(format: str, row: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def parquet_schema(format: ExportFormat) -> Any:
-    """The pyarrow schema of ``format`` (imports pyarrow: :class:`~rollouthub.utils.extras.MissingExtraError`)."""
+def parquet_schema(format: ExportFormat, triplet_fields: TripletFields = "completion") -> Any:
+    """The pyarrow schema of ``format`` (imports pyarrow: :class:`~rollouthub.utils.extras.MissingExtraError`);
+    ``triplet_fields`` picks the answer columns of ``triplets``."""
     pa = import_extra("pyarrow", extra="parquet", feature="Parquet export")
     s, f64, i64 = pa.string(), pa.float64(), pa.int64()
     call = pa.struct([("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))])
@@ -148,9 +192,11 @@ def parquet_schema(format: ExportFormat) -> Any:
             *ids,
             ("step", i64),
             ("prompt", message),
-            ("response", s),
-            ("prompt_token_ids", pa.list_(i64)),
-            ("response_token_ids", pa.list_(i64)),
+            *(
+                [("completion", message), ("prompt_token_ids", pa.list_(i64)), ("completion_token_ids", pa.list_(i64))]
+                if triplet_fields == "completion"
+                else [("response", s), ("prompt_token_ids", pa.list_(i64)), ("response_token_ids", pa.list_(i64))]
+            ),
             ("reward", f64),
             ("final_reward", f64),
             ("response_id", s),
@@ -161,6 +207,7 @@ def parquet_schema(format: ExportFormat) -> Any:
             ("prompt", message),
             ("chosen", message),
             ("rejected", message),
+            ("tools", pa.list_(tool)),
             ("chosen_reward", f64),
             ("rejected_reward", f64),
             ("chosen_rollout_id", s),
@@ -193,9 +240,9 @@ def parquet_schema(format: ExportFormat) -> Any:
 class ParquetWriter(RowWriter):
     """Parquet with the fixed schema of the format; rows are buffered and written one row group at a time."""
 
-    def __init__(self, path: str, format: ExportFormat) -> None:
+    def __init__(self, path: str, format: ExportFormat, triplet_fields: TripletFields = "completion") -> None:
         """Create ``path`` (imports pyarrow: :class:`~rollouthub.utils.extras.MissingExtraError` without it)."""
-        self.schema = parquet_schema(format)
+        self.schema = parquet_schema(format, triplet_fields)
         pq = import_extra("pyarrow.parquet", extra="parquet", feature="Parquet export", package="pyarrow")
         self._pa = import_extra("pyarrow", extra="parquet", feature="Parquet export")
         self.format = format
@@ -220,13 +267,17 @@ class ParquetWriter(RowWriter):
 
 
 def open_writer(
-    file_format: FileFormat, format: ExportFormat, path: Optional[str], stream: Optional[BinaryIO]
+    file_format: FileFormat,
+    format: ExportFormat,
+    path: Optional[str],
+    stream: Optional[BinaryIO],
+    triplet_fields: TripletFields = "completion",
 ) -> RowWriter:
     """A writer for ``file_format`` to ``path`` (Parquet needs a path) or to ``stream`` (JSONL)."""
     if file_format == "parquet":
         if path is None:
             raise ValueError("Parquet needs an output file (-o FILE.parquet); it cannot be written to stdout")
-        return ParquetWriter(path, format)
+        return ParquetWriter(path, format, triplet_fields)
     if file_format != "jsonl":
         raise ValueError(f"unknown file format {file_format!r}; use 'jsonl' or 'parquet'")
     if stream is None:

@@ -7,7 +7,6 @@ import ast
 import asyncio
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -16,12 +15,10 @@ import pytest
 
 from rollouthub.emitter import find_final_reward
 from rollouthub.export import ExportSelection, export, iter_export_rows
-from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.store.sql import SqlLightningStore
 from rollouthub.types import Span
-from rollouthub.utils.server_launcher import pick_free_port
 
-from .conftest import ADD_TOOL, QUESTIONS, RUNS_PER_QUESTION
+from .conftest import ADD_TOOL, QUESTIONS, RUNS_PER_QUESTION, run_cli, serve_store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,18 +110,35 @@ def test_messages_and_triplets_of_a_tool_calling_agent(agent_db: Path, tmp_path:
     for row in triplets:
         _, spans = truth[row["rollout_id"]]
         span = _llm_spans(spans)[row["step"]]
+        assert "response" not in row and "response_token_ids" not in row  # TRL's prompt-completion names
         assert row["prompt_token_ids"] == span.attributes["prompt_token_ids"]
-        assert row["response_token_ids"] == span.attributes.get("response_token_ids")  # none for the tool call
+        assert row["completion_token_ids"] == span.attributes.get("response_token_ids")  # none for the tool call
         assert row["response_id"] == span.attributes["gen_ai.response.id"] and row["model"] == "mock-adder"
         assert row["final_reward"] == find_final_reward(spans)
         # The reward span follows the answer: it is matched to the second call only.
         assert row["reward"] == (find_final_reward(spans) if row["step"] == 1 else None)
-        if row["step"] == 1:
-            assert row["response"] == span.attributes["gen_ai.completion.0.content"]
+        [answer] = row["completion"]
+        if row["step"] == 0:  # the tool call, as the assistant message that made it
+            assert answer["role"] == "assistant" and answer["content"] is None
+            assert answer["tool_calls"][0]["function"] == {
+                "name": "add",
+                "arguments": span.attributes["gen_ai.completion.0.tool_calls.0.arguments"],
+            }
+        else:
+            assert answer == {"role": "assistant", "content": span.attributes["gen_ai.completion.0.content"]}
             assert row["prompt"][2]["tool_calls"][0]["function"]["name"] == "add"
 
+    # The earlier field names on request: the answer as text in "response".
+    export("triplets", str(tmp_path / "r.jsonl"), database=str(agent_db), triplet_fields="response")
+    legacy = _read_jsonl(tmp_path / "r.jsonl")
+    assert [r["rollout_id"] for r in legacy] == [r["rollout_id"] for r in triplets]
+    for old, new in zip(legacy, triplets, strict=True):
+        assert "completion" not in old and "completion_token_ids" not in old
+        assert old["response"] == (new["completion"][0]["content"] or "")
+        assert old["response_token_ids"] == new["completion_token_ids"] and old["prompt"] == new["prompt"]
 
-def test_preferences_pair_rollouts_of_one_input_by_reward(agent_db: Path, quickstart_db: Path, tmp_path: Path) -> None:
+
+def test_preferences_pair_answers_to_one_prompt_by_reward(agent_db: Path, quickstart_db: Path, tmp_path: Path) -> None:
     export("messages", str(tmp_path / "m.jsonl"), database=str(agent_db))
     conversations = {r["rollout_id"]: r for r in _read_jsonl(tmp_path / "m.jsonl")}
     summary = export("preferences", str(tmp_path / "p.jsonl"), database=str(agent_db))
@@ -138,24 +152,16 @@ def test_preferences_pair_rollouts_of_one_input_by_reward(agent_db: Path, quicks
         assert pair["prompt"] + pair["chosen"] == chosen["messages"]
         assert pair["prompt"] + pair["rejected"] == rejected["messages"]
         assert len(pair["prompt"]) == 4 and pair["chosen"][0]["role"] == "assistant"  # the shared prompt and tool turn
+        assert pair["rejected"][0]["role"] == "assistant" and pair["tools"] == [ADD_TOOL]
 
-    # The quickstart evaluates reviews under several prompt versions: best-worst pairs across versions, one per input
-    # whose finished rollouts got different rewards. Which inputs those are depends on APO's random batches, so the
-    # expected pairs are derived from the rollouts themselves (messages export: input and final reward per rollout).
-    export("messages", str(tmp_path / "qm.jsonl"), database=str(quickstart_db))
-    by_input: Dict[str, List[Dict[str, Any]]] = {}
-    for row in _read_jsonl(tmp_path / "qm.jsonl"):
-        if row["reward"] is not None:
-            by_input.setdefault(json.dumps(row["input"], sort_keys=True), []).append(row)
-    expected = {key: rows for key, rows in by_input.items() if len({r["reward"] for r in rows}) > 1}
-    export("preferences", str(tmp_path / "qp.jsonl"), database=str(quickstart_db), pairing="best-worst")
-    quick_pairs = _read_jsonl(tmp_path / "qp.jsonl")
-    assert sorted(json.dumps(p["input"], sort_keys=True) for p in quick_pairs) == sorted(expected)
-    for pair in quick_pairs:
-        rows = {r["rollout_id"]: r for r in expected[json.dumps(pair["input"], sort_keys=True)]}
-        chosen, rejected = rows[pair["chosen_rollout_id"]], rows[pair["rejected_rollout_id"]]
-        assert pair["chosen_reward"] == chosen["reward"] == max(r["reward"] for r in rows.values())
-        assert pair["rejected_reward"] == rejected["reward"] == min(r["reward"] for r in rows.values())
+    # The quickstart's mock LLM answers one prompt the same way every time: an input evaluated under several prompt
+    # versions got different rewards for different prompts, which is no preference pair. No pairs, and the summary
+    # says why.
+    summary = export("preferences", str(tmp_path / "qp.jsonl"), database=str(quickstart_db))
+    assert _read_jsonl(tmp_path / "qp.jsonl") == [] and summary.rows == 0
+    assert "0 pairs from 0 of" in summary.describe()
+    assert "(no input has two answers to one prompt with different rewards)" in summary.describe()
+    assert sum(summary.skipped.values()) == summary.rollouts_selected > 0
 
 
 def test_parquet_reads_back_like_jsonl(agent_db: Path, tmp_path: Path) -> None:
@@ -170,7 +176,7 @@ def test_parquet_reads_back_like_jsonl(agent_db: Path, tmp_path: Path) -> None:
             for key, value in row.items():
                 if key == "input":
                     assert json.loads(back[key]) == value
-                elif key in ("messages", "prompt", "chosen", "rejected"):
+                elif key in ("messages", "prompt", "completion", "chosen", "rejected"):
                     assert [m["content"] for m in back[key]] == [m["content"] for m in value], (kind, key)
                     assert [m["role"] for m in back[key]] == [m["role"] for m in value]
                 elif key == "tools":
@@ -200,27 +206,14 @@ def test_selection_is_validated_with_the_field_named() -> None:
 
 
 def _cli(*args: str, cwd: Optional[Path] = None, code: str = "") -> subprocess.CompletedProcess[str]:
-    prefix = code + "; " if code else ""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            prefix + "import sys; from rollouthub.cli import main; sys.exit(main())",
-            "export",
-            *args,
-        ],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli("export", *args, cwd=cwd, code=code)
 
 
 def test_cli_writes_the_file_and_a_summary(agent_db: Path, tmp_path: Path) -> None:
     out = tmp_path / "pairs.jsonl"
     result = _cli("preferences", "--db", str(agent_db), "-o", str(out))
     assert result.returncode == 0, result.stderr
-    assert f"Exported to {out}: 3 rows from 6 of 6 selected rollouts." in result.stderr
+    assert f"Exported to {out}: 3 pairs from 6 of 6 selected rollouts." in result.stderr
     assert len(_read_jsonl(out)) == 3 and not (tmp_path / "pairs.jsonl.part").exists()
     # stdout, quiet: the rows only.
     result = _cli("rewards", "--db", str(agent_db), "-q", "--min-reward", "1")
@@ -237,11 +230,13 @@ def test_cli_errors_are_one_line(agent_db: Path, tmp_path: Path) -> None:
     result = _cli("messages", cwd=tmp_path)
     assert result.returncode == 1 and "no database at ./rollouthub.db; pass --db PATH or --store URL" in result.stderr
     result = _cli("messages", "--db", str(agent_db), "--min-reward", "2", "--max-reward", "1")
-    assert result.returncode == 2 and "--min-reward must not be greater than --max-reward" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr == "rollouthub export: error: --min-reward must not be greater than --max-reward\n"
     result = _cli("messages", "--db", str(agent_db), "--since", "yesterday")
     assert result.returncode == 2 and "neither epoch seconds nor an ISO date" in result.stderr
     result = _cli("messages", "--store", "http://127.0.0.1:9", "-q")
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "cannot read the source" in result.stderr
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "cannot read the store server http://127.0.0.1:9: " in result.stderr
     # Without the [parquet] extra: one line naming it, quoted for shells; no file.
     out = tmp_path / "t.parquet"
     result = _cli(
@@ -263,16 +258,8 @@ def test_cli_errors_are_one_line(agent_db: Path, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-async def _serve(db: Path, token: Optional[str] = None) -> LightningStoreServer:
-    server = LightningStoreServer(
-        SqlLightningStore(f"sqlite:///{db}"), "127.0.0.1", pick_free_port(), launch_mode="asyncio", api_token=token
-    )
-    await server.start()
-    return server
-
-
 async def test_route_streams_the_same_rows_and_rejects_bad_parameters(agent_db: Path, tmp_path: Path) -> None:
-    server = await _serve(agent_db, token="tok")
+    server = await serve_store(agent_db, token="tok")
     auth = {"Authorization": "Bearer tok"}
     try:
         async with aiohttp.ClientSession() as session:
@@ -294,6 +281,10 @@ async def test_route_streams_the_same_rows_and_rejects_bad_parameters(agent_db: 
                 ("format=messages&since=5&until=1", "since"),
                 ("format=messages&min_reward=nan", "min_reward"),
                 ("format=messages&pairs=some", "pairs"),
+                ("format=messages&dedupe=maybe", "dedupe"),
+                ("format=rewards&dedupe=true", "dedupe"),
+                ("format=triplets&triplet_fields=answer", "triplet_fields"),
+                ("format=messages&dedupe=true&dedupe=false", "dedupe"),
                 ("format=messages&limit=5", "limit"),
                 ("format=messages&format=triplets", "format"),
             ):

@@ -16,7 +16,8 @@ from rollouthub.adapter import input_group_id
 from rollouthub.export import export
 from rollouthub.testing import prompt_text
 
-from .test_export import _cli, _llm_spans, _read_jsonl, _serve, _spans_by_rollout
+from .conftest import serve_store
+from .test_export import _cli, _llm_spans, _read_jsonl, _spans_by_rollout
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -46,17 +47,6 @@ def test_quickstart_trajectories_decode_to_each_calls_prompt_and_answer(quicksta
             rollout.mode,
         )
         assert (row["level"], row["sample"], row["policy_version"]) == ("trajectory", 0, None)
-    # input_id is the key preference pairs group by: both sides of every pair share it.
-    export("preferences", str(tmp_path / "p.jsonl"), database=str(quickstart_db))
-    input_ids = {row["rollout_id"]: row["input_id"] for row in rows}
-    pairs = _read_jsonl(tmp_path / "p.jsonl")
-    assert pairs
-    for pair in pairs:
-        assert (
-            input_ids[pair["chosen_rollout_id"]]
-            == input_ids[pair["rejected_rollout_id"]]
-            == input_group_id(pair["input"])
-        )
 
 
 def test_calls_without_token_ids_are_counted_in_the_summary(agent_db: Path, tmp_path: Path) -> None:
@@ -73,6 +63,17 @@ def test_calls_without_token_ids_are_counted_in_the_summary(agent_db: Path, tmp_
         assert row["prompt_ids"] == second.attributes["prompt_token_ids"]
         assert row["response_ids"] == second.attributes["response_token_ids"]
         assert row["span_ids"] == [second.span_id] and row["call_rewards"] == [row["reward"]]
+    # input_id is the key preference pairs group by (with the prompt): both sides of every pair share it.
+    export("preferences", str(tmp_path / "p.jsonl"), database=str(agent_db))
+    input_ids = {row["rollout_id"]: row["input_id"] for row in rows}
+    pairs = _read_jsonl(tmp_path / "p.jsonl")
+    assert pairs
+    for pair in pairs:
+        assert (
+            input_ids[pair["chosen_rollout_id"]]
+            == input_ids[pair["rejected_rollout_id"]]
+            == input_group_id(pair["input"])
+        )
     transitions = export("trajectories", str(tmp_path / "x.jsonl"), database=str(agent_db), level="transition")
     assert _read_jsonl(tmp_path / "x.jsonl") == [{**row, "level": "transition"} for row in rows]
     assert transitions.notes == summary.notes
@@ -105,10 +106,13 @@ async def test_route_streams_trajectories_and_checks_the_level(agent_db: Path, t
         path = tmp_path / f"{level}.jsonl"
         await asyncio.to_thread(export, "trajectories", str(path), database=str(agent_db), level=level)
         expected[level] = _read_jsonl(path)
-    server = await _serve(agent_db)
+    unique = tmp_path / "unique.jsonl"
+    await asyncio.to_thread(export, "trajectories", str(unique), database=str(agent_db), dedupe=True)
+    expected["dedupe"] = _read_jsonl(unique)
+    server = await serve_store(agent_db)
     try:
         async with aiohttp.ClientSession() as session:
-            for query, level in (("", "trajectory"), ("&level=transition", "transition")):
+            for query, level in (("", "trajectory"), ("&level=transition", "transition"), ("&dedupe=true", "dedupe")):
                 async with session.get(f"{server.endpoint}/v1/agl/export?format=trajectories{query}") as response:
                     assert response.status == 200
                     rows = [json.loads(line) for line in (await response.text()).splitlines()]

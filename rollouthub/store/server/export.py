@@ -4,9 +4,9 @@
   attachment named ``rollouthub-<format>.jsonl``), reading the store page by page: the server's memory stays bounded
   whatever the store holds. Query parameters: ``format`` (``messages``, ``triplets``, ``preferences``, ``rewards``,
   ``trajectories``), ``status_in``, ``mode_in``, ``resources_id_in``, ``rollout_id_in`` (repeated), ``since``,
-  ``until``, ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``), ``level``
-  (``trajectory``/``transition``, for ``trajectories``) -- validated before anything is read:
-  a bad or unknown parameter is a 400 naming it. Every export shares the server's cache of final rewards
+  ``until``, ``min_reward``, ``max_reward`` (numbers), ``pairs`` (``all``/``best-worst``), ``dedupe``
+  (``true``/``false``), ``triplet_fields`` (``completion``/``response``), ``level`` (``trajectory``/``transition``,
+  ``format=trajectories`` only) -- validated before anything is read: a bad or unknown parameter is a 400 naming it. Every export shares the server's cache of final rewards
   (:class:`rollouthub.export.reward_cache.FinalRewardCache` in ``app.state.reward_cache``, at most
   ``ROLLOUTHUB_REWARD_CACHE_ENTRIES`` entries, default 100 000; ``0`` disables it): the dashboard's learning curve
   re-reads every finished rollout's final reward every few seconds, and the spans are read again only for the
@@ -22,6 +22,7 @@ a server that never exports does not load it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
 import pydantic
@@ -32,8 +33,9 @@ from starlette.responses import JSONResponse, StreamingResponse
 from .pipeline import Call
 from .routing import REQUIRED, Query, Route
 
-__all__ = ["export_routes", "parse_export_query", "parse_trajectory_level"]
+__all__ = ["export_routes", "parse_export_query", "ExportQuery"]
 
+_OPTION_PARAMS = ("pairs", "dedupe", "triplet_fields", "level")
 _LIST_PARAMS = ("status_in", "mode_in", "resources_id_in", "rollout_id_in")
 _NUMBER_PARAMS = ("since", "until", "min_reward", "max_reward")
 _PAGE_SIZE = 100
@@ -49,15 +51,29 @@ def _bad(field: str, message: str) -> HTTPException:
     return HTTPException(400, f"Invalid query parameter {field}: {message}")
 
 
-def parse_export_query(params: QueryParams) -> tuple[str, str, Any]:
-    """``(format, pairs, ExportSelection)`` from the query parameters; ``HTTPException(400)`` naming the bad one."""
-    from rollouthub.export.selection import EXPORT_FORMATS, ExportSelection
+@dataclass(frozen=True)
+class ExportQuery:
+    """A validated export request: format, rollout selection and row options."""
 
-    known = {"format", "pairs", "level", *_LIST_PARAMS, *_NUMBER_PARAMS}
+    format: str
+    selection: Any
+    pairs: str = "all"
+    dedupe: bool = False
+    triplet_fields: str = "completion"
+    level: str = "trajectory"
+
+
+def parse_export_query(params: QueryParams) -> ExportQuery:
+    """The :class:`ExportQuery` of the query parameters; ``HTTPException(400)`` naming the bad one."""
+    from rollouthub.export.dedupe import DEDUPE_FIELDS
+    from rollouthub.export.selection import EXPORT_FORMATS, TRIPLET_FIELDS, ExportSelection
+    from rollouthub.types import TRAJECTORY_LEVELS
+
+    known = {"format", *_OPTION_PARAMS, *_LIST_PARAMS, *_NUMBER_PARAMS}
     for key in params.keys():
         if key not in known:
             raise _bad(key, f"unknown parameter (allowed: {', '.join(sorted(known))})")
-    for key in ("format", "pairs", "level", *_NUMBER_PARAMS):
+    for key in ("format", *_OPTION_PARAMS, *_NUMBER_PARAMS):
         if len(params.getlist(key)) > 1:
             raise _bad(key, "given more than once")
     format = params.get("format")
@@ -66,6 +82,19 @@ def parse_export_query(params: QueryParams) -> tuple[str, str, Any]:
     pairs = params.get("pairs", "all")
     if pairs not in ("all", "best-worst"):
         raise _bad("pairs", "must be 'all' or 'best-worst'")
+    dedupe = params.get("dedupe", "false").lower()
+    if dedupe not in ("true", "false", "1", "0"):
+        raise _bad("dedupe", "must be true or false")
+    if dedupe in ("true", "1") and format not in DEDUPE_FIELDS:
+        raise _bad("dedupe", f"applies to {', '.join(DEDUPE_FIELDS)} rows, not to {format} rows")
+    triplet_fields = params.get("triplet_fields", "completion")
+    if triplet_fields not in TRIPLET_FIELDS:
+        raise _bad("triplet_fields", f"must be one of {', '.join(TRIPLET_FIELDS)}")
+    level = params.get("level", "trajectory")
+    if "level" in params and format != "trajectories":
+        raise _bad("level", "applies to format=trajectories only")
+    if level not in TRAJECTORY_LEVELS:
+        raise _bad("level", f"must be one of {', '.join(TRAJECTORY_LEVELS)}")
     fields: Dict[str, Any] = {key: params.getlist(key) for key in _LIST_PARAMS if key in params}
     for key in _NUMBER_PARAMS:
         if key in params:
@@ -81,22 +110,7 @@ def parse_export_query(params: QueryParams) -> tuple[str, str, Any]:
             str(error["loc"][0]) if error["loc"] else "/".join(k for k in fields if k in str(error["msg"])) or "query"
         )
         raise _bad(field, str(error["msg"]).removeprefix("Value error, ")) from None
-    return format, pairs, selection
-
-
-def parse_trajectory_level(params: QueryParams, format: str) -> str:
-    """The ``level`` of a ``trajectories`` export (default ``trajectory``); ``HTTPException(400)`` when it is invalid
-    or given for another format."""
-    from rollouthub.types import TRAJECTORY_LEVELS
-
-    level = params.get("level")
-    if level is None:
-        return "trajectory"
-    if format != "trajectories":
-        raise _bad("level", "applies to format=trajectories only")
-    if level not in TRAJECTORY_LEVELS:
-        raise _bad("level", f"must be one of {', '.join(TRAJECTORY_LEVELS)}")
-    return level
+    return ExportQuery(format, selection, pairs, dedupe in ("true", "1"), triplet_fields, level)
 
 
 def _reward_cache_entries() -> Optional[int]:
@@ -123,9 +137,8 @@ def _rewards(call: Call, entries: Optional[int]) -> Any:
 async def _export_rows(call: Call, cache_entries: Optional[int]) -> Any:
     # The declared parameters document the route; the whole query string is checked here (unknown or repeated
     # parameters are 400s naming them).
-    params = QueryParams(call.scope["query_string"])
-    kind, pairing, selection = parse_export_query(params)
-    level = parse_trajectory_level(params, kind)
+    query = parse_export_query(QueryParams(call.scope["query_string"]))
+    kind = query.format
     from rollouthub.export.stream import iter_export_rows
     from rollouthub.export.writers import encode_jsonl
 
@@ -139,11 +152,13 @@ async def _export_rows(call: Call, cache_entries: Optional[int]) -> Any:
         async for row in iter_export_rows(
             server,
             kind,  # type: ignore[arg-type]
-            selection,
-            pairing=pairing,  # type: ignore[arg-type]
+            query.selection,
+            pairing=query.pairs,  # type: ignore[arg-type]
+            dedupe=query.dedupe,
+            triplet_fields=query.triplet_fields,  # type: ignore[arg-type]
             page_size=page_size,
             rewards=rewards,
-            level=level,  # type: ignore[arg-type]
+            level=query.level,  # type: ignore[arg-type]
         ):
             line = encode_jsonl(row)
             chunk.append(line)
@@ -187,6 +202,8 @@ _EXPORT_QUERY = {
     "min_reward": Query(Optional[str]),
     "max_reward": Query(Optional[str]),
     "pairs": Query(Optional[str], description="preferences: all (default) or best-worst"),
+    "dedupe": Query(Optional[str], description="true: drop rows repeating an earlier row's content"),
+    "triplet_fields": Query(Optional[str], description="triplets: completion (default, TRL's names) or response"),
     "level": Query(Optional[str], description="trajectories: trajectory (default) or transition"),
 }
 
