@@ -12,7 +12,7 @@ import math
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Set
 
 from rollouthub.utils.extras import import_extra
 
@@ -78,7 +78,9 @@ class UpdateMetrics:
     uniform_groups: int
     """Groups whose rewards were all equal (no learning signal: a collapse shows here first)."""
     trained_samples: int
+    """Samples in the update (those of uniform groups are left out when ``skip_uniform_groups``)."""
     tokens: int
+    """Policy-sampled tokens of the trained samples (one pass)."""
     reward_mean: float
     reward_std: float
     advantage_mean: float
@@ -97,6 +99,7 @@ class UpdateMetrics:
     optimizer_steps: int
     seconds: float
     tokens_per_second: float
+    """Trained tokens, times passes (``epochs``), per second of the update."""
     rollout_ids: List[str] = field(default_factory=list)
     """Every rollout this update consumed (uniform groups included), in input order."""
 
@@ -145,6 +148,37 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 class _Item:
     sample: GRPOSample
     advantage: float
+
+
+@dataclass(frozen=True)
+class _RolloutGroups:
+    """The rollouts of a step by group (input): one reward and one advantage per rollout, in input order."""
+
+    rewards: Dict[str, float]
+    advantages: Dict[str, float]
+    group_of: Dict[str, str]
+    uniform: Set[str]
+    """Groups whose rewards are all equal (every advantage 0)."""
+    count: int
+
+    @classmethod
+    def of(cls, samples: Sequence[GRPOSample], config: GRPOConfig) -> _RolloutGroups:
+        """Group ``samples`` by ``input_id`` (a sample without one is a group of its own: no baseline, no signal);
+        a rollout of several samples (one per LLM call) counts once, with its reward."""
+        rewards: Dict[str, float] = {}
+        group_of: Dict[str, str] = {}
+        for sample in samples:
+            rewards[sample.rollout_id] = float(sample.reward)  # type: ignore[arg-type]
+            group_of[sample.rollout_id] = sample.input_id if sample.input_id is not None else sample.rollout_id
+        ids = list(rewards)
+        values = group_advantages(
+            [rewards[i] for i in ids], [group_of[i] for i in ids], config.advantage, config.advantage_eps
+        )
+        by_group: Dict[str, List[float]] = {}
+        for rollout_id in ids:
+            by_group.setdefault(group_of[rollout_id], []).append(rewards[rollout_id])
+        uniform = {group for group, members in by_group.items() if max(members) == min(members)}
+        return cls(rewards, dict(zip(ids, values, strict=True)), group_of, uniform, len(by_group))
 
 
 class PolicyUpdater:
@@ -210,25 +244,11 @@ class PolicyUpdater:
                 raise ValueError(f"sample of rollout {sample.rollout_id} has no finite reward: {sample.reward!r}")
             if sample.response_logprobs is None or len(sample.response_logprobs) != len(sample.response_ids):
                 raise ValueError(f"sample of rollout {sample.rollout_id} has no serving log-probs for its tokens")
-        rollout_rewards: Dict[str, float] = {}
-        rollout_groups: Dict[str, str] = {}
-        for sample in samples:
-            rollout_rewards[sample.rollout_id] = float(sample.reward)  # type: ignore[arg-type]
-            rollout_groups[sample.rollout_id] = sample.input_id if sample.input_id is not None else sample.rollout_id
-        rollout_ids = list(rollout_rewards)
-        rewards = [rollout_rewards[rollout_id] for rollout_id in rollout_ids]
-        groups = [rollout_groups[rollout_id] for rollout_id in rollout_ids]
-        advantage_list = group_advantages(rewards, groups, self.config.advantage, self.config.advantage_eps)
-        advantage_of = dict(zip(rollout_ids, advantage_list, strict=True))
-        group_rewards: Dict[str, List[float]] = {}
-        for group, reward in zip(groups, rewards, strict=True):
-            group_rewards.setdefault(group, []).append(reward)
-        uniform = {group for group, values in group_rewards.items() if max(values) == min(values)}
-
+        groups = _RolloutGroups.of(samples, self.config)
         items = [
-            _Item(sample, advantage_of[sample.rollout_id])
+            _Item(sample, groups.advantages[sample.rollout_id])
             for sample in samples
-            if not (self.config.skip_uniform_groups and rollout_groups[sample.rollout_id] in uniform)
+            if not (self.config.skip_uniform_groups and groups.group_of[sample.rollout_id] in groups.uniform)
             and any(sample.response_mask)
         ]
         totals, first = LossStats(), LossStats()
@@ -249,20 +269,19 @@ class PolicyUpdater:
         self.step += 1
 
         summary, first_summary = totals.summary(), first.summary()
-        advantages = torch.tensor(advantage_list, dtype=torch.float64)
-        reward_tensor = torch.tensor(rewards, dtype=torch.float64)
+        advantages = torch.tensor(list(groups.advantages.values()), dtype=torch.float64)
+        rewards = torch.tensor(list(groups.rewards.values()), dtype=torch.float64)
         seconds = time.perf_counter() - started
-        tokens = int(first.tokens)
         return UpdateMetrics(
             step=self.step,
             samples=len(samples),
-            rollouts=len(rollout_ids),
-            groups=len(group_rewards),
-            uniform_groups=len(uniform),
+            rollouts=len(groups.rewards),
+            groups=groups.count,
+            uniform_groups=len(groups.uniform),
             trained_samples=len(items),
-            tokens=tokens if size >= len(items) else int(sum(sum(item.sample.response_mask) for item in items)),
-            reward_mean=float(reward_tensor.mean()),
-            reward_std=float(reward_tensor.std(correction=0)),
+            tokens=sum(sum(1 for value in item.sample.response_mask if value) for item in items),
+            reward_mean=float(rewards.mean()),
+            reward_std=float(rewards.std(correction=0)),
             advantage_mean=float(advantages.mean()),
             advantage_std=float(advantages.std(correction=0)),
             advantage_abs_max=float(advantages.abs().max()),
@@ -278,7 +297,7 @@ class PolicyUpdater:
             optimizer_steps=optimizer_steps,
             seconds=seconds,
             tokens_per_second=totals.tokens / seconds if seconds > 0 else 0.0,
-            rollout_ids=rollout_ids,
+            rollout_ids=list(groups.rewards),
         )
 
     def _optimizer_step(self, mini_batch: Sequence[_Item]) -> tuple[LossStats, float, float]:
@@ -324,9 +343,7 @@ class PolicyUpdater:
             loss.backward()
             stats.add(micro_stats)
             loss_total += float(loss.item())
-        if config.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, config.max_grad_norm))
-        else:
-            grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in self.parameters if p.grad is not None]))
+        # With max_grad_norm 0 the norm is only measured (an infinite bound clips nothing).
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, config.max_grad_norm or math.inf))
         self.optimizer.step()
         return stats, loss_total, grad_norm

@@ -140,3 +140,22 @@ def test_lora_trains_the_adapter_only_and_uses_the_base_model_as_reference() -> 
     assert any(not torch.equal(value, current[name]) for name, value in adapter.items())
     second = updater.update(sampled_step(updater.model, tokenizer, seed=3))
     assert second.kl > 0
+
+
+def test_lora_without_peft_says_which_extra_to_install_in_one_line() -> None:
+    """The child process hides peft (``sys.modules['peft'] = None`` makes importing it fail)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nsys.modules['peft'] = None\n"
+        "from rollouthub.algorithm.grpo import GRPOConfig, PolicyUpdater\n"
+        "from rollouthub.testing.tiny_lm import build_tiny_lm\n"
+        "from rollouthub.utils.extras import MissingExtraError\n"
+        "try:\n    PolicyUpdater(build_tiny_lm()[0], GRPOConfig(lora_rank=4, device='cpu'))\n"
+        "except MissingExtraError as error:\n    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.splitlines() == [
+        "GRPO with lora_rank > 0 needs the optional package 'peft': pip install 'rollouthub[lora]'"
+    ]
