@@ -225,8 +225,10 @@ def load_checkpoint(path: Union[str, Path], updater: PolicyUpdater) -> TrainingS
             f"the updater trains a {'LoRA adapter' if updater.config.lora_rank else 'full model'}"
         )
     _load_model(updater.model, checkpoint / "model")
-    updater.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location=updater.device))
-    _restore_rng(updater, torch.load(checkpoint / "rng.pt", weights_only=False))
+    updater.optimizer.load_state_dict(
+        torch.load(checkpoint / "optimizer.pt", map_location=updater.device, weights_only=True)
+    )
+    _restore_rng(updater, torch.load(checkpoint / "rng.pt", weights_only=True))
     updater.step = int(values["step"])
     return TrainingState(
         step=int(values["step"]),

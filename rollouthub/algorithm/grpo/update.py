@@ -29,7 +29,9 @@ class GRPOSample(Protocol):
     """What the update reads from a sample (the trajectory adapter's samples have these fields)."""
 
     @property
-    def rollout_id(self) -> str: ...
+    def rollout_id(self) -> str:
+        """The rollout the sample comes from."""
+        ...
 
     @property
     def input_id(self) -> Optional[str]:
@@ -37,13 +39,19 @@ class GRPOSample(Protocol):
         ...
 
     @property
-    def prompt_ids(self) -> Sequence[int]: ...
+    def prompt_ids(self) -> Sequence[int]:
+        """Prompt token ids, as served."""
+        ...
 
     @property
-    def response_ids(self) -> Sequence[int]: ...
+    def response_ids(self) -> Sequence[int]:
+        """Tokens after the prompt: sampled ones and spliced ones."""
+        ...
 
     @property
-    def response_mask(self) -> Sequence[int]: ...
+    def response_mask(self) -> Sequence[int]:
+        """1 on tokens the policy sampled, 0 on spliced ones (as long as ``response_ids``)."""
+        ...
 
     @property
     def response_logprobs(self) -> Optional[Sequence[float]]:
@@ -51,7 +59,9 @@ class GRPOSample(Protocol):
         ...
 
     @property
-    def reward(self) -> Optional[float]: ...
+    def reward(self) -> Optional[float]:
+        """The rollout's final reward."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -147,3 +147,50 @@ def test_a_checkpoint_of_a_full_model_does_not_load_into_a_lora_updater(tmp_path
     path = save_checkpoint(tmp_path, _updater(), TrainingState(step=1, policy_version=1))
     with pytest.raises(ValueError, match="holds a full model; the updater trains a LoRA adapter"):
         load_checkpoint(path, _updater(lora_rank=4))
+
+
+SAVER = """
+import sys
+from rollouthub.algorithm.grpo import GRPOConfig, PolicyUpdater, TrainingState, save_checkpoint
+from rollouthub.testing.tiny_lm import build_tiny_lm
+
+updater = PolicyUpdater(build_tiny_lm(seed=0)[0], GRPOConfig(device="cpu"))
+step = 0
+while True:
+    step += 1
+    save_checkpoint(sys.argv[1], updater, TrainingState(step=step, policy_version=step, trained_rollout_ids=[f"r{step}"]))
+    print(f"saved {step}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kill_after", [2, 5])
+def test_a_saver_killed_mid_save_leaves_a_loadable_latest_checkpoint(tmp_path: Path, kill_after: int) -> None:
+    """A real process saving checkpoints back to back gets SIGKILL right after its ``kill_after``-th save, i.e.
+    somewhere inside the next one: resume finds a complete checkpoint and loads it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from rollouthub.algorithm.grpo import latest_checkpoint, resume
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", SAVER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.strip() == f"saved {kill_after}":
+                break
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None
+    state = resume(tmp_path, _updater(seed=9))
+    assert state is not None and state.step >= kill_after
+    assert state.trained_rollout_ids == [f"r{state.step}"] and state.policy_version == state.step
