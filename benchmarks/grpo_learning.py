@@ -1,10 +1,10 @@
 """Learning curves of the RL demo with GRPO alone: no store, proxy or runners (the algorithm's own speed).
 
-For each seed: a fresh tiny model (``rollouthub.testing.tiny_lm``, the demo's sizes), trained on the demo task
-(``rollouthub.rl_demo.task``: reply with the last letter of a word) by sampling from the model directly and applying
-the GRPO update, with the held-out eval reward (greedy) every ``eval_every`` steps. Prints each evaluation as it
+For each seed: a fresh tiny model (rollouthub.testing.tiny_lm, the demo's sizes), trained on the demo task
+(rollouthub.rl_demo.task: reply with the last letter of a word) by sampling from the model directly and applying
+the GRPO update, with the held-out eval reward (greedy) every eval_every steps. Prints each evaluation as it
 happens (step, training rollouts so far, seconds, reward), then per seed the first evaluation reaching
-``--threshold`` and the final reward; ``--json PATH`` writes every curve and per-step metric. Exit status 1 when a
+--threshold and the final reward; --json PATH writes every curve and per-step metric. Exit status 1 when a
 seed did not reach the threshold.
 
     python benchmarks/grpo_learning.py --seeds 0 1 2
