@@ -23,6 +23,7 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence
 
+from rollouthub.cli.arguments import OneLineErrorParser, port_number
 from rollouthub.store.locations import LocationError, parse_backend
 
 __all__ = [
@@ -53,7 +54,7 @@ _FD_HEADROOM = 256
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rollouthub store``."""
-    parser = argparse.ArgumentParser(prog="rollouthub store", description="Run the LightningStore server.")
+    parser = OneLineErrorParser(prog="rollouthub store", description="Run the LightningStore server.")
     parser.add_argument("--host", default="127.0.0.1", help="Bind address (default: 127.0.0.1, loopback only).")
     parser.add_argument("--port", type=port_number, default=4747, help="Port, 1-65535 (default: 4747).")
     parser.add_argument(
@@ -138,17 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
         "child and may be killed without stopping it.",
     )
     return parser
-
-
-def port_number(text: str) -> int:
-    """argparse type of a TCP port: an integer from 1 to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: give a number from 1 to 65535") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {value}: give a number from 1 to 65535")
-    return value
 
 
 def _raise_open_files_limit(needed: int) -> None:
@@ -262,14 +252,15 @@ async def _serve(server: Any, backend_label: str, created: bool = False) -> int:
             installed.append(sig)
     try:
         store = server.store
-        if server.launcher_args.launch_mode == "asyncio" and hasattr(store, "initialize"):
+        if server.launcher_args.launch_mode == "asyncio":
             # Served from this event loop: open (create or check) the database now, so that a bad database fails
             # the start-up instead of the first request, and the first request does not pay for it.
-            try:
-                await store.initialize()
-            except Exception as exc:  # noqa: BLE001 - report without a traceback
-                logger.error("Cannot open the store backend: %s", exc)
-                return 1
+            if hasattr(store, "initialize"):
+                try:
+                    await store.initialize()
+                except Exception as exc:  # noqa: BLE001 - report without a traceback
+                    logger.error("Cannot open the store backend: %s", exc)
+                    return 1
             logger.info("Store backend: %s (%s)", backend_label, await _describe_contents(store, created))
         try:
             await server.start()
@@ -390,7 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MissingExtraError as exc:
         print(f"rollouthub store: error: {exc}", file=sys.stderr)
         return 1
-    created = location.kind == "sqlite" and not os.path.exists(location.path or "")
+    created = location.kind == "memory" or (location.kind == "sqlite" and not os.path.exists(location.path or ""))
     try:
         store = _build_store(backend, tracker, args.memory_limit)
     except Exception as exc:  # noqa: BLE001 - report configuration errors without a traceback

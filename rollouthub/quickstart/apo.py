@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any, Optional, Tuple
 
+from rollouthub.cli.arguments import positive_int
 from rollouthub.quickstart.endpoint import EndpointError, check_llm_endpoint
 from rollouthub.quickstart.progress import ProgressView
 from rollouthub.quickstart.sentiment import (
@@ -31,7 +32,7 @@ BEAM_WIDTH, BRANCH_FACTOR, GRADIENT_BATCH, VAL_BATCH = 2, 2, 4, 6
 
 def add_arguments(parser: argparse.ArgumentParser, env_endpoint: str) -> None:
     """The flags of the APO mode."""
-    parser.add_argument("--rounds", type=int, default=3, help="APO beam-search rounds (default: 3).")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="APO beam-search rounds (default: 3).")
     parser.add_argument(
         "--llm-endpoint",
         nargs="?",
@@ -49,7 +50,7 @@ def check(args: argparse.Namespace) -> Optional[Tuple[str, str]]:
     if args.llm_endpoint is None:
         return None
     try:
-        return check_llm_endpoint(args.llm_endpoint)
+        return check_llm_endpoint(args.llm_endpoint, model=args.model or DEFAULT_MODEL)
     except EndpointError as exc:
         raise QuickstartError(str(exc)) from None
 
@@ -105,8 +106,13 @@ def _apo_table(apo: Any) -> Any:
     return table
 
 
-def run(session: Session, endpoint: Optional[Tuple[str, str]]) -> Optional[Outcome]:
-    """Train the sentiment prompt with APO; prints the best prompt. ``None`` when nothing was evaluated."""
+def run(session: Session, endpoint: Optional[Tuple[str, str]]) -> Outcome:
+    """Train the sentiment prompt with APO; prints the best prompt.
+
+    Raises:
+        QuickstartError: the run ended without evaluating the seed prompt.
+        KeyboardInterrupt: Ctrl+C or SIGTERM (the Trainer has stopped the runners and cancelled the run's rollouts).
+    """
     from openai import AsyncOpenAI
 
     from rollouthub.adapter import TraceToMessages
@@ -151,8 +157,7 @@ def run(session: Session, endpoint: Optional[Tuple[str, str]]) -> Optional[Outco
     elapsed = time.time() - start
 
     if apo._best_prompt is None or not apo.history:
-        console.print("Interrupted before the seed prompt was evaluated; nothing to report.")
-        return None
+        raise QuickstartError(f"the run ended before the seed prompt was evaluated (log: {session.log_path})")
     best = apo.get_best_prompt()
     console.print()
     console.print(

@@ -7,11 +7,19 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Outcome", "QuickstartError", "Session"]
+__all__ = ["Outcome", "QuickstartError", "Session", "UsageError"]
 
 
 class QuickstartError(RuntimeError):
     """The run cannot start or go on; the message is one line, printed without a traceback (exit 1)."""
+
+    exit_code = 1
+
+
+class UsageError(QuickstartError):
+    """A flag's value cannot be used (a SQLite file in a missing directory, ...): one line, exit 2."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -25,7 +33,8 @@ class Session:
     console: Any
     stack: ExitStack
     store_url: str
-    db_path: str
+    data: str
+    """Where the data goes, for messages: a SQLite file's path or a PostgreSQL URL (password hidden)."""
     log_path: str
 
 
