@@ -53,9 +53,15 @@ def exit_code_of(interruption: BaseException) -> int:
 
 
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While active, SIGTERM raises :class:`Terminated` in the main thread (outside it: does nothing)."""
+def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
+    """While active, SIGTERM raises :class:`Terminated` in the main thread (outside it: does nothing).
+
+    With ``only_if_default``, only when SIGTERM has its default action (a handler somebody installed stays).
+    """
     if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if only_if_default and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
 
