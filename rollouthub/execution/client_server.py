@@ -98,11 +98,14 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         store: LightningStore,
         event: ExecutionEvent,
         before_server_stop: Optional[Callable[[], None]] = None,
+        stop_runners: Optional[Callable[[], None]] = None,
     ) -> None:
         """Run the algorithm bundle, behind a store server when the store is managed.
 
         ``before_server_stop`` (blocking, run in a worker thread) is called after the algorithm returns and before
         the server stops, so local runner processes can finish their last store calls against a live server.
+        ``stop_runners`` (blocking, in a worker thread) is its counterpart when the algorithm side is interrupted:
+        local runners are stopped while the server still answers their last calls (marking their attempts).
         """
         server: Optional[Any] = None
         try:
@@ -119,6 +122,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         except (asyncio.CancelledError, KeyboardInterrupt):
             logger.warning("Algorithm side interrupted; signalling runners to stop.")
             event.set()
+            if server is not None and stop_runners is not None:
+                await asyncio.to_thread(stop_runners)
             raise
         except BaseException:
             logger.exception("Algorithm side failed; signalling runners to stop.")
@@ -248,8 +253,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     event.set()
                     _join_all(spawned, self.graceful_timeout)
 
+                def stop_runners() -> None:
+                    self._shutdown_processes(spawned, event)
+
                 try:
-                    asyncio.run(self._execute_algorithm(algorithm, store, event, let_runners_finish))
+                    asyncio.run(self._execute_algorithm(algorithm, store, event, let_runners_finish, stop_runners))
                 finally:
                     event.set()
             else:
