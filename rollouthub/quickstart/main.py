@@ -21,7 +21,7 @@ from rollouthub.quickstart.endpoint import ENV_ENDPOINT
 from rollouthub.quickstart.processes import free_port, launch_store, stop_store, wait_for_store
 from rollouthub.quickstart.session import QuickstartError, Session, UsageError
 from rollouthub.store.locations import Backend, LocationError, parse_backend
-from rollouthub.utils.process_lifetime import Terminated, exit_code_of, sigterm_raises
+from rollouthub.utils.process_lifetime import exit_code_of, sigterm_raises
 
 __all__ = ["DEFAULT_DB", "DEFAULT_LOG", "MODES", "build_parser", "main"]
 
@@ -57,8 +57,9 @@ when the store stops). The log is appended to ``./{DEFAULT_LOG}`` (``--log PATH`
 ``--db``.
 
 Exit status: 0 when the run finished; 1 when it failed (one line on stderr, e.g. the port is in use); 2 for a
-bad flag value; 130 after Ctrl+C and 143 after SIGTERM (the runners and the store are stopped, and the run's
-unfinished rollouts are cancelled so that a later run never executes them).
+bad flag value; 130 after Ctrl+C and 143 after SIGTERM during the run (the runners and the store are stopped, and
+the run's unfinished rollouts are cancelled so that a later run never executes them). With ``--keep-serving``, Ctrl+C
+or SIGTERM once the run has finished ends the serving: exit 0.
 """
 
 
@@ -196,9 +197,8 @@ def _run(args: argparse.Namespace) -> int:
             console.print(f"Dashboard: {store.url}/  (serving until Ctrl+C)")
             try:
                 store.process.wait()
-            except KeyboardInterrupt as exc:
-                if isinstance(exc, Terminated):
-                    raise  # a process manager stopping us: say so in the exit code
+            except KeyboardInterrupt:  # Ctrl+C or SIGTERM: the normal end of serving (the job has finished)
+                pass
             if store.process.returncode not in (None, 0):
                 raise QuickstartError(f"the store server stopped with code {store.process.returncode}")
         else:
