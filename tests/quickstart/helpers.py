@@ -31,10 +31,17 @@ def run_quickstart(cwd: Path, *args: str, timeout: float = 200, **env: str) -> s
 class Running:
     """A quickstart subprocess whose output is collected line by line while it runs."""
 
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(self, cwd: Path, *args: str, new_session: bool = False) -> None:
+        """Start it; with ``new_session`` in a process group of its own (as a terminal's foreground job)."""
         cmd = [sys.executable, "-m", "rollouthub.quickstart", *args]
         self.process = subprocess.Popen(
-            cmd, cwd=cwd, env=quickstart_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            cmd,
+            cwd=cwd,
+            env=quickstart_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=new_session,
         )
         self.stdout: List[str] = []
         self.stderr = ""

@@ -110,6 +110,28 @@ def test_sigterm_to_the_main_process_leaves_nothing_running_and_a_complete_db(tm
 
 
 @pytest.mark.timeout(120)
+def test_ctrl_c_in_a_terminal_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """A terminal's Ctrl+C reaches the whole foreground process group (the runners too): no traceback wall, one
+    line, exit 130, never "Trained in"; the run's unfinished rollouts are cancelled."""
+    run = Running(tmp_path, "--runners", "2", new_session=True)
+
+    def under_way() -> bool:
+        assert run.process.poll() is None, run.stdout[-20:]
+        url = _store_url(run)
+        return url is not None and (_total_rollouts(url) or 0) >= 10
+
+    wait_until(under_way, 90, "the run to be under way")
+    os.killpg(run.process.pid, signal.SIGINT)
+    code = run.finish(timeout=30)
+    assert code == 130, run.stderr[-3000:]
+    assert run.stderr == "Interrupted: Ctrl+C stopped the run before it finished (exit 130).\n"
+    assert not any("Trained in" in line or "Best prompt" in line for line in run.stdout)
+    with sqlite3.connect(tmp_path / DB) as conn:
+        statuses = [row[0] for row in conn.execute("SELECT status FROM rollouts")]
+    assert statuses and not set(statuses) & set(UNFINISHED_STATUSES), statuses
+
+
+@pytest.mark.timeout(120)
 def test_a_port_held_by_another_store_fails_with_one_line_and_sends_it_nothing(tmp_path: Path) -> None:
     port = pick_free_port()
     other_db = tmp_path / "other.db"
