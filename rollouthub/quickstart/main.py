@@ -203,8 +203,9 @@ def _run(args: argparse.Namespace) -> int:
                 raise QuickstartError(f"the store server stopped with code {store.process.returncode}")
         else:
             # The store stops with this process: only print what works afterwards.
+            shown_url = backend.url if backend.path else backend.describe().split(" ", 1)[1]  # no password shown
             console.print(
-                f"Browse it later: rollouthub store --backend {backend.url}  then open http://127.0.0.1:4747/",
+                f"Browse it later: rollouthub store --backend {shown_url}  then open http://127.0.0.1:4747/",
                 markup=False,
                 highlight=False,
             )
