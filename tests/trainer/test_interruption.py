@@ -39,11 +39,13 @@ def gone(pid: int) -> bool:
         return True
 
 
-def start_fit_with_running_rollouts(tmp_path: Path) -> Tuple[subprocess.Popen[str], List[int], Path]:
+def start_fit_with_running_rollouts(
+    tmp_path: Path, strategy: str = "cs"
+) -> Tuple[subprocess.Popen[str], List[int], Path]:
     """Start the child fit and wait until every runner executes a rollout; returns it, its process tree, the db."""
     db, markers = tmp_path / "run.db", tmp_path / "markers"
     markers.mkdir()
-    cmd = [sys.executable, str(CHILD), str(db), str(markers), str(N_RUNNERS), str(pick_free_port())]
+    cmd = [sys.executable, str(CHILD), str(db), str(markers), str(N_RUNNERS), str(pick_free_port()), strategy]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def runners_busy() -> bool:
@@ -52,7 +54,7 @@ def start_fit_with_running_rollouts(tmp_path: Path) -> Tuple[subprocess.Popen[st
 
     wait_until(runners_busy, 60, "both runners to start a rollout")
     tree = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
-    assert len(tree) >= N_RUNNERS, tree
+    assert len(tree) >= (N_RUNNERS if strategy == "cs" else 0), tree
     return process, tree, db
 
 
@@ -84,6 +86,20 @@ def test_an_interrupted_fit_stops_its_runners_and_cancels_its_rollouts(
     found = statuses(db)
     assert found and not set(found) & set(UNFINISHED_STATUSES), found
     assert "cancelled" in found, found
+
+
+@pytest.mark.timeout(120)
+def test_the_shared_memory_strategy_cancels_the_rollouts_of_an_interrupted_fit_too(tmp_path: Path) -> None:
+    process, _, db = start_fit_with_running_rollouts(tmp_path, "shm")
+    try:
+        os.kill(process.pid, signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143 and stdout.strip() == "INTERRUPTED Terminated", stderr[-3000:]
+    found = statuses(db)
+    assert "cancelled" in found and not set(found) & set(UNFINISHED_STATUSES), found
 
 
 def test_cancel_new_unfinished_leaves_earlier_and_finished_rollouts_alone() -> None:
