@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple
 from rollouthub.env_var import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from rollouthub.store.base import LightningStore
 from rollouthub.utils.process_lifetime import die_with_parent
+from rollouthub.utils.server_launcher import bind_socket
 
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .events import ExecutionEvent, MultiprocessingEvent
@@ -234,6 +235,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             logger.info("Executing with %r (pid %d).", self, os.getpid())
         else:
             logger.info("Executing with %r on the store %r (pid %d).", self, store, os.getpid())
+        if self.managed_store and self.role == "both":
+            # Local runners start before the server and connect to whatever answers on the port: make sure the port
+            # is free first, so that they never claim another server's rollouts (the port is in use: PortBindError,
+            # before anything starts).
+            bind_socket(self.server_host or "0.0.0.0", self.server_port).close()
         try:
             if self.role == "algorithm":
                 asyncio.run(self._execute_algorithm(algorithm, store, event))
