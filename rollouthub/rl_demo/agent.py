@@ -30,7 +30,7 @@ def _client(base_url: str, api_key: str) -> Any:
     client = _clients.get(key)
     if client is None:
         # 429 answers (weights being swapped) carry Retry-After; the SDK honours it on retry.
-        client = _clients[key] = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=20)
+        client = _clients[key] = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=3)
     return client
 
 

@@ -202,6 +202,8 @@ class GRPO(Algorithm):
         if not proxy.is_running():
             await proxy.start()
         try:
+            if self._resumed_from is not None:
+                await self._cancel_leftovers(store)
             await self._publish(store, proxy)
             if val_dataset is not None and len(val_dataset) and self.policy_version not in self.eval_rewards:
                 record = self._record()
@@ -223,6 +225,19 @@ class GRPO(Algorithm):
             resumed_from=self._resumed_from,
             seconds=time.perf_counter() - started,
         )
+
+    async def _cancel_leftovers(self, store: LightningStore) -> None:
+        """Cancel the rollouts of this run that the interrupted process left unfinished: they were never trained on,
+        and the proxy they would call is gone."""
+        unfinished = await store.query_rollouts(status_in=["queuing", "requeuing", "preparing", "running"])
+        left = [r.rollout_id for r in unfinished.items if (r.metadata or {}).get("grpo_run") == self.run_id]
+        for rollout_id in left:
+            try:
+                await store.update_rollout(rollout_id, status="cancelled")
+            except Exception as exc:  # it may have finished meanwhile; either way it is not trained on
+                logger.debug("Could not cancel rollout %s: %s", rollout_id, exc)
+        if left:
+            logger.info("GRPO %s: cancelled %d rollouts the interrupted run left unfinished", self.run_id, len(left))
 
     def _reached_target(self) -> bool:
         latest = self.eval_rewards.get(self.policy_version)

@@ -5,9 +5,9 @@ creates a rollout with :meth:`~rollouthub.store.base.LightningStore.start_rollou
 and no runner executes it -- and marks its attempt succeeded at once:
 
 - ``input``: ``{"grpo_run": <run id>, "grpo_step": <step>}``;
-- ``mode``: none, ``resources_id``: none, no spans: it has no final reward and no LLM call, so the learning curve
-  (final rewards per resources version and mode), ``rollouthub export trajectories`` and every training export leave
-  it out;
+- ``mode``: none, no spans: it has no final reward and no LLM call, so the learning curve (final rewards per
+  resources version and mode), ``rollouthub export trajectories`` and every training export leave it out (the store
+  gives it the latest resources id, the version the step published);
 - ``metadata[STEP_RECORD_KEY]``: the step's metrics (see :class:`StepRecord`), JSON values only.
 
 Anything that reads rollouts sees them: the dashboard (the rollout's raw JSON), ``GET /v1/agl/rollouts``, and
