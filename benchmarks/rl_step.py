@@ -9,7 +9,8 @@ step, then as the mean over the measured steps (the first --warmup steps left ou
   loading the new weights into the backend;
 - rollouts/s and generated tokens/s of the rollout phase;
 - the CPU seconds of the store server process and of the LLM proxy's server thread (in this process), each as a
-  share of the step's wall time (a share above 100 % would mean more than one core busy).
+  share of the step's wall time (a share above 100 % would mean more than one core busy), and for comparison those
+  of this whole process (algorithm, backend and proxy) and of the runner processes.
 
     python benchmarks/rl_step.py
     python benchmarks/rl_step.py --runners 4 --steps 12 --warmup 2 --json /tmp/rl_step.json
@@ -57,17 +58,32 @@ class CpuProbe:
         self.last_time = time.perf_counter()
 
     def read(self) -> Dict[str, float]:
-        """CPU seconds so far: ``store`` and ``proxy`` (0 when the thread is not found)."""
+        """CPU seconds so far: ``store``, ``proxy`` (0 when the thread is not found), ``trainer`` (this whole
+        process, the proxy included) and ``runners`` (the runner processes, children of this one)."""
+        import psutil
+
         tid = proxy_thread_id()
         proxy = cpu_seconds(f"/proc/self/task/{tid}/stat") if tid is not None else 0.0
-        return {"store": cpu_seconds(self.store_stat), "proxy": proxy}
+        runners = 0.0
+        for child in psutil.Process().children():
+            try:
+                times = child.cpu_times()
+                runners += times.user + times.system
+            except psutil.Error:
+                pass
+        return {
+            "store": cpu_seconds(self.store_stat),
+            "proxy": proxy,
+            "trainer": cpu_seconds("/proc/self/stat"),
+            "runners": runners,
+        }
 
     def delta(self) -> Dict[str, float]:
-        """CPU seconds of the store and proxy since the previous call, and the wall seconds between."""
+        """CPU seconds of each part since the previous call (``<part>_cpu``), and the wall seconds between."""
         now, at = self.read(), time.perf_counter()
         previous, self.last, wall = self.last or now, now, at - self.last_time
         self.last_time = at
-        return {"store_cpu": now["store"] - previous["store"], "proxy_cpu": now["proxy"] - previous["proxy"], "wall": wall}
+        return {**{f"{key}_cpu": now[key] - previous[key] for key in now}, "wall": wall}
 
 
 def main() -> int:
@@ -114,6 +130,8 @@ def main() -> int:
                     "tokens_per_s": record.tokens_per_second or 0.0,
                     "store_share": cpu["store_cpu"] / cpu["wall"],
                     "proxy_share": cpu["proxy_cpu"] / cpu["wall"],
+                    "trainer_share": cpu["trainer_cpu"] / cpu["wall"],
+                    "runners_share": cpu["runners_cpu"] / cpu["wall"],
                 }
                 rows.append(row)
                 print(
@@ -121,7 +139,8 @@ def main() -> int:
                     f"{row['generation']:.2f}, waiting {row['waiting']:.2f}) + trajectories {row['trajectories']:.2f}"
                     f" + update {row['update']:.2f} + weights {row['weights']:.3f} | {row['rollouts_per_s']:.1f} "
                     f"rollouts/s, {row['tokens_per_s']:.0f} tokens/s | store CPU {row['store_share']:.0%}, proxy "
-                    f"CPU {row['proxy_share']:.0%} of the step",
+                    f"CPU {row['proxy_share']:.0%}, trainer process (proxy included) {row['trainer_share']:.0%}, runner "
+                    f"processes {row['runners_share']:.0%} of the step",
                     flush=True,
                 )
 
@@ -135,7 +154,8 @@ def main() -> int:
         f"{means['waiting'] / means['total']:.0%}, trajectories {means['trajectories'] / means['total']:.0%}, update "
         f"{means['update'] / means['total']:.0%}, weights {means['weights'] / means['total']:.1%}; "
         f"{means['rollouts_per_s']:.1f} rollouts/s, {means['tokens_per_s']:.0f} tokens/s; store CPU "
-        f"{means['store_share']:.0%} and proxy CPU {means['proxy_share']:.0%} of the step's wall time"
+        f"{means['store_share']:.0%} and proxy CPU {means['proxy_share']:.0%} of the step's wall time (trainer "
+        f"process {means['trainer_share']:.0%}, runner processes {means['runners_share']:.0%})"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
