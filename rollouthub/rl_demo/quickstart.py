@@ -66,11 +66,11 @@ def _step_line(record: Any, started: float) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the RL quickstart; returns the exit status (1 without the ``[train]`` extra)."""
     args = build_parser().parse_args(argv)
-    from rollouthub.utils.extras import MissingExtraError
+    from rollouthub.utils.extras import MissingExtraError, import_extra
 
     try:
-        import torch
-
+        torch = import_extra("torch", extra="train", feature="The RL quickstart")
+        import_extra("transformers", extra="train", feature="The RL quickstart")
         from rollouthub.rl_demo.stack import build_demo_grpo, run_on_stack
     except MissingExtraError as exc:
         print(f"rollouthub quickstart --rl: {exc}", file=sys.stderr)
@@ -100,7 +100,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             on_step=lambda record: print(_step_line(record, started), flush=True),
         )
         try:
-            run_on_stack(store.endpoint, grpo, n_runners=args.runners)
+            run_on_stack(store.endpoint, grpo, n_runners=args.runners, progress=False)
         except KeyboardInterrupt:
             print("Interrupted.", file=sys.stderr)
             return 130

@@ -53,9 +53,11 @@ def run_on_stack(
     n_runners: int = 4,
     settings: DemoSettings = DEMO_SETTINGS,
     train_dataset: Optional[List[Dict[str, Any]]] = None,
+    progress: bool = True,
 ) -> GRPO:
     """Train ``grpo`` with ``n_runners`` runner processes against the store server at ``store_url``; returns it
-    (its :attr:`~GRPO.summary` and :attr:`~GRPO.records` hold the results)."""
+    (its :attr:`~GRPO.summary` and :attr:`~GRPO.records` hold the results); ``progress``: the Trainer's progress
+    line."""
     from rollouthub.rl_demo.agent import last_letter_agent
     from rollouthub.store.client import LightningStoreClient
     from rollouthub.tracer import OtelTracer
@@ -70,6 +72,7 @@ def run_on_stack(
         # The proxy records the LLM calls; the runner adds the reward span. No agent instrumentation is needed.
         tracer=OtelTracer(),
         runner={"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 5.0},
+        progress=progress,
     )
     trainer.fit(last_letter_agent, train_dataset=train_dataset or train, val_dataset=val)
     return grpo
