@@ -46,7 +46,9 @@ def test_a_short_run_prints_each_step_and_writes_the_summary(tmp_path: Path) -> 
     )
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert any(line.startswith("step   1  v1 ") for line in lines) and any(line.startswith("step   2  v2 ") for line in lines)
+    assert any(line.startswith("step   1  v1 ") for line in lines) and any(
+        line.startswith("step   2  v2 ") for line in lines
+    )
     assert "did not reach 0.9 within 2 steps" in result.stderr
     summary = json.loads(summary_path.read_text())
     assert summary["steps"] == 2 and summary["policy_versions"] == 3

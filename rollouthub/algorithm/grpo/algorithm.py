@@ -337,9 +337,7 @@ class GRPO(Algorithm):
         seconds["generation"] = after.generation_seconds - before.generation_seconds
         seconds["waiting"] = max(seconds["rollouts"] - seconds["generation"], 0.0)
         mark = time.perf_counter()
-        batch = await collect_batch(
-            store, groups, finished, min_group_size=self.min_group_size, trained=self._trained
-        )
+        batch = await collect_batch(store, groups, finished, min_group_size=self.min_group_size, trained=self._trained)
         seconds["trajectories"] = time.perf_counter() - mark
         update: Dict[str, Any] = {}
         mark = time.perf_counter()

@@ -113,7 +113,9 @@ async def wait_for_all(store: LightningStore, rollout_ids: Sequence[str], timeou
             finished[rollout.rollout_id] = rollout
     unfinished = [rollout_id for rollout_id in rollout_ids if rollout_id not in finished]
     if unfinished:
-        logger.warning("%d of %d rollouts unfinished after %.0f s: cancelled", len(unfinished), len(rollout_ids), timeout)
+        logger.warning(
+            "%d of %d rollouts unfinished after %.0f s: cancelled", len(unfinished), len(rollout_ids), timeout
+        )
         for rollout_id in unfinished:
             try:
                 await store.update_rollout(rollout_id, status="cancelled")

@@ -103,8 +103,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         config={"checkpoint_every": args.checkpoint_every},
     )
     summary = grpo.summary
-    print(json.dumps({"run_id": summary.run_id, "steps": summary.steps, "policy_version": summary.policy_version,
-                      "resumed_from": summary.resumed_from, "session": grpo.session}), flush=True)
+    print(
+        json.dumps(
+            {
+                "run_id": summary.run_id,
+                "steps": summary.steps,
+                "policy_version": summary.policy_version,
+                "resumed_from": summary.resumed_from,
+                "session": grpo.session,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

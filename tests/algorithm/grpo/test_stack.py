@@ -87,7 +87,10 @@ def test_served_logprobs_are_recomputed_exactly_and_the_first_ratio_is_one(store
     torch.manual_seed(0)
     initial, _ = build_tiny_lm(seed=0, **DEMO_SETTINGS.model_sizes())
     batch = pack_batch(
-        [s.prompt_ids for s in trained], [s.response_ids for s in trained], [s.response_mask for s in trained], pad_token_id=0
+        [s.prompt_ids for s in trained],
+        [s.response_ids for s in trained],
+        [s.response_mask for s in trained],
+        pad_token_id=0,
     )
     with torch.no_grad():
         recomputed = token_logprobs(initial.eval(), batch, DEMO_SETTINGS.temperature)[0]
@@ -114,11 +117,15 @@ def test_step_records_round_trip_and_stay_out_of_the_training_data(store: StoreP
     assert [(r.step, r.policy_version, r.eval_rollouts) for r in stored] == [(0, 0, 6), (1, 1, 6), (2, 2, 6)]
     assert grpo.summary.eval_rewards == {0: stored[0].eval_reward, 1: stored[1].eval_reward, 2: stored[2].eval_reward}
     last = stored[-1]
-    assert last.rollouts["enqueued"] == 8 and last.rollouts["dropped_rollouts"] == sum(last.rollouts["dropped"].values())
-    assert {"rollouts", "generation", "waiting", "trajectories", "update", "weights", "eval", "total"} <= set(last.seconds)
-    assert last.update["rollouts"] + last.rollouts["dropped_rollouts"] - last.rollouts["dropped"]["small_group"] == 8 or (
-        not last.update
+    assert last.rollouts["enqueued"] == 8 and last.rollouts["dropped_rollouts"] == sum(
+        last.rollouts["dropped"].values()
     )
+    assert {"rollouts", "generation", "waiting", "trajectories", "update", "weights", "eval", "total"} <= set(
+        last.seconds
+    )
+    assert last.update["rollouts"] + last.rollouts["dropped_rollouts"] - last.rollouts["dropped"][
+        "small_group"
+    ] == 8 or (not last.update)
     rows_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"rewards-{grpo.run_id}.jsonl"
     export("rewards", str(rows_path), store_url=store.endpoint)
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
@@ -135,17 +142,17 @@ def test_step_records_round_trip_and_stay_out_of_the_training_data(store: StoreP
 
 @pytest.mark.timeout(420)
 def test_a_short_run_raises_the_eval_reward(store: StoreProcess) -> None:
-    """The demo through the stack, shortened: 20 steps. Every measured curve (docs/rl.md) starts at an eval reward
-    of 0.00 and is at 0.05 or more by step 20 (the greedy policy has learnt a first letter for some inputs); the
-    training reward rises with it."""
+    """The demo through the stack, shortened to 20 steps. In every measured curve (docs/rl.md: 10 seeds without the
+    stack, 3 through it) the initial eval reward is 0.00 and the reward at step 20 is at least 0.05 higher: the greedy
+    policy has learnt the letter of some inputs. Each step's first mini-batch is on-policy (ratio 1)."""
     grpo = small_run(
         store.endpoint, max_steps=20, inputs_per_step=8, group_size=16, n_runners=4, eval_every=20, eval_size=100
     )
     curve = grpo.summary.eval_rewards
     assert sorted(curve) == [0, 20]
     assert curve[20] >= curve[0] + 0.05, curve
-    rewards = [record.rollouts["reward_mean"] for record in grpo.records[1:]]
-    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5, rewards
+    updates = [record.update for record in grpo.records if record.update]
+    assert updates and all(abs(update["first_ratio_mean"] - 1) < 1e-5 for update in updates)
 
 
 @pytest.mark.timeout(420)
