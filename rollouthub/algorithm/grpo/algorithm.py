@@ -39,7 +39,6 @@ from rollouthub.utils.extras import import_extra
 import_extra("torch", extra="train", feature="GRPO")
 import torch  # noqa: E402  (after the one-line message naming the extra when torch is missing)
 
-from rollouthub.emitter import find_final_reward  # noqa: E402
 from rollouthub.store.base import LightningStore  # noqa: E402
 from rollouthub.types import ProxyLLM  # noqa: E402
 
@@ -47,7 +46,7 @@ from ..base import Algorithm, Dataset  # noqa: E402
 from .checkpoint import TrainingState, resume, save_checkpoint  # noqa: E402
 from .config import GRPOConfig  # noqa: E402
 from .metrics import StepRecord, write_step_record  # noqa: E402
-from .rollouts import collect_batch, enqueue_groups, wait_for_all  # noqa: E402
+from .rollouts import collect_batch, enqueue_groups, final_rewards, wait_for_all  # noqa: E402
 from .update import PolicyUpdater  # noqa: E402
 
 __all__ = ["GRPO", "RunSummary"]
@@ -401,13 +400,7 @@ class GRPO(Algorithm):
             metadata={"grpo_run": self.run_id, "grpo_step": self.step},
         )
         finished = await wait_for_all(store, groups.all_ids, self.rollout_timeout)
-        rewards: List[float] = []
-        for rollout_id in groups.all_ids:
-            rollout = finished.get(rollout_id)
-            value = None
-            if rollout is not None and rollout.status == "succeeded":
-                value = find_final_reward(list(await store.query_spans(rollout_id, "latest")))
-            rewards.append(float(value) if value is not None and math.isfinite(value) else 0.0)
+        rewards = await final_rewards(store, groups.all_ids, finished)
         reward = _mean(rewards)
         self.eval_rewards[self.policy_version] = reward
         record.eval_reward = reward

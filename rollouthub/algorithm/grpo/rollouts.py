@@ -23,13 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from rollouthub.adapter.trajectory import build_trajectories
+from rollouthub.emitter import find_final_reward
 from rollouthub.store.base import LightningStore
 from rollouthub.types.core import EnqueueRolloutRequest, Rollout, RolloutMode
 from rollouthub.types.trajectory import TrajectorySample
 
 from ..utils import rollout_wait_step
 
-__all__ = ["RolloutGroups", "StepBatch", "enqueue_groups", "wait_for_all", "collect_batch", "DROP_REASONS"]
+__all__ = [
+    "RolloutGroups",
+    "StepBatch",
+    "enqueue_groups",
+    "wait_for_all",
+    "collect_batch",
+    "final_rewards",
+    "DROP_REASONS",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +138,28 @@ async def _samples_of(store: LightningStore, rollout: Rollout) -> Any:
     return build_trajectories(spans, rollout=rollout)
 
 
+async def _read_all(store: LightningStore, rollouts: Sequence[Rollout], read: Any) -> Dict[str, Any]:
+    """``await read(store, rollout)`` for every rollout, ``_SPAN_READS`` at a time; results by rollout id."""
+    results: Dict[str, Any] = {}
+    for start in range(0, len(rollouts), _SPAN_READS):
+        chunk = rollouts[start : start + _SPAN_READS]
+        for rollout, result in zip(chunk, await asyncio.gather(*(read(store, r) for r in chunk)), strict=True):
+            results[rollout.rollout_id] = result
+    return results
+
+
+async def _final_reward_of(store: LightningStore, rollout: Rollout) -> Optional[float]:
+    return find_final_reward(list(await store.query_spans(rollout.rollout_id, "latest")))
+
+
+async def final_rewards(store: LightningStore, rollout_ids: Sequence[str], finished: Dict[str, Rollout]) -> List[float]:
+    """The final reward of each rollout, in order; an unfinished, unsuccessful or unrewarded one counts 0."""
+    succeeded = [finished[rid] for rid in rollout_ids if rid in finished and finished[rid].status == "succeeded"]
+    found = await _read_all(store, succeeded, _final_reward_of)
+    values = [found.get(rollout_id) for rollout_id in rollout_ids]
+    return [float(value) if value is not None and math.isfinite(value) else 0.0 for value in values]
+
+
 async def collect_batch(
     store: LightningStore,
     groups: RolloutGroups,
@@ -146,11 +177,7 @@ async def collect_batch(
     succeeded = [finished[rid] for rid in groups.all_ids if rid in finished and finished[rid].status == "succeeded"]
     batch.dropped["unfinished"] = batch.enqueued - len(finished)
     batch.dropped["failed"] = len(finished) - len(succeeded)
-    results: Dict[str, Any] = {}
-    for start in range(0, len(succeeded), _SPAN_READS):
-        chunk = succeeded[start : start + _SPAN_READS]
-        for rollout, result in zip(chunk, await asyncio.gather(*(_samples_of(store, r) for r in chunk)), strict=True):
-            results[rollout.rollout_id] = result
+    results = await _read_all(store, succeeded, _samples_of)
     for key, rollout_ids in zip(groups.keys, groups.rollout_ids, strict=True):
         kept: List[List[TrajectorySample]] = []
         for rollout_id in rollout_ids:
