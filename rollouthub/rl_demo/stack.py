@@ -54,10 +54,11 @@ def run_on_stack(
     settings: DemoSettings = DEMO_SETTINGS,
     train_dataset: Optional[List[Dict[str, Any]]] = None,
     progress: bool = True,
+    llm_proxy: Any = None,
 ) -> GRPO:
     """Train ``grpo`` with ``n_runners`` runner processes against the store server at ``store_url``; returns it
     (its :attr:`~GRPO.summary` and :attr:`~GRPO.records` hold the results); ``progress``: the Trainer's progress
-    line."""
+    line; ``llm_proxy``: the Trainer's LLM proxy (GRPO then serves the policy through it instead of its own)."""
     from rollouthub.rl_demo.agent import last_letter_agent
     from rollouthub.store.client import LightningStoreClient
     from rollouthub.tracer import OtelTracer
@@ -73,6 +74,7 @@ def run_on_stack(
         tracer=OtelTracer(),
         runner={"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 5.0},
         progress=progress,
+        llm_proxy=llm_proxy,
     )
     trainer.fit(last_letter_agent, train_dataset=train_dataset or train, val_dataset=val)
     return grpo

@@ -168,6 +168,7 @@ class GRPO(Algorithm):
         self.records: List[StepRecord] = []
         self.summary: Optional[RunSummary] = None
         self._resumed_from: Optional[int] = None
+        self._restart_proxy = False
 
     # ------------------------------------------------------------------ naming
 
@@ -198,7 +199,9 @@ class GRPO(Algorithm):
         started = time.perf_counter()
         self._prepare()
         proxy, own_proxy = self._proxy(store)
-        if not proxy.is_running():
+        if self._restart_proxy:
+            await proxy.restart()
+        elif not proxy.is_running():
             await proxy.start()
         try:
             if self._resumed_from is not None:
@@ -257,7 +260,7 @@ class GRPO(Algorithm):
                 self.run_id = str(state.extra.get("run_id", self.run_id))
                 self.eval_rewards = {int(k): float(v) for k, v in (state.extra.get("eval_rewards") or {}).items()}
                 self._resumed_from = state.step
-                logger.info("GRPO %s resumed at step %d (policy version %d)", self.run_id, self.step, state.step)
+                logger.info("GRPO %s resumed at step %d (policy version %d)", self.run_id, self.step, self.policy_version)
         served = copy.deepcopy(self.updater.model).eval().requires_grad_(False)
         options = {"max_batch_size": 256, "max_tokens": 256, "seed": self.config.seed, **self.backend_options}
         self.backend = LocalPolicyBackend(served, self.tokenizer, policy_version=self.policy_version, **options)
@@ -270,9 +273,10 @@ class GRPO(Algorithm):
         proxy = self.get_llm_proxy()
         if proxy is not None:
             proxy.set_local_backend(self.model_name, self.backend)
-            if self.model_name not in [item.get("model_name") for item in proxy.model_list]:
-                proxy.update_model_list([*proxy.model_list, entry])
             proxy.set_store(store)
+            if self.model_name not in [item.get("model_name") for item in proxy.model_list]:
+                proxy.update_model_list([*proxy.model_list, entry])  # applied at the (re)start in run()
+                self._restart_proxy = proxy.is_running()
             return proxy, False
         proxy = LLMProxy(
             port=self.proxy_port,
@@ -287,7 +291,6 @@ class GRPO(Algorithm):
 
     async def _publish(self, store: LightningStore, proxy: Any) -> str:
         """Publish the current policy version as a new resources id (the ProxyLLM with the temperature)."""
-        self._endpoint = proxy.endpoint
         resource = ProxyLLM(
             endpoint=proxy.endpoint,
             model=self.model_name,

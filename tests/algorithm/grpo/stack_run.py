@@ -50,6 +50,7 @@ def small_run(
     n_runners: int = 2,
     agent: Any = None,
     train_words: Optional[List[str]] = None,
+    llm_proxy: Any = None,
     **options: Any,
 ) -> Any:
     """Train the demo model for ``max_steps`` small steps through the stack; returns the :class:`GRPO`."""
@@ -67,7 +68,7 @@ def small_run(
         **options,
     )
     if agent is None:
-        return run_on_stack(store_url, grpo, n_runners=n_runners, train_dataset=train)
+        return run_on_stack(store_url, grpo, n_runners=n_runners, train_dataset=train, llm_proxy=llm_proxy)
     from rollouthub.store.client import LightningStoreClient
     from rollouthub.tracer import OtelTracer
     from rollouthub.trainer import Trainer

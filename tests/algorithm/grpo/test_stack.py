@@ -140,6 +140,23 @@ def test_step_records_round_trip_and_stay_out_of_the_training_data(store: StoreP
     assert sum(STEP_RECORD_KEY in (r.metadata or {}) for r in metadata.items) == 3
 
 
+@pytest.mark.timeout(300)
+def test_the_trainers_llm_proxy_serves_the_policy_when_there_is_one(store: StoreProcess) -> None:
+    from rollouthub.llm_proxy import LLMProxy
+
+    proxy = LLMProxy(
+        host="127.0.0.1", launch_mode="thread", callbacks=["return_token_ids", "logprobs", "opentelemetry"]
+    )
+    grpo = small_run(store.endpoint, max_steps=1, eval_every=0, eval_size=4, llm_proxy=proxy)
+    assert [entry["model_name"] for entry in proxy.model_list] == ["policy"] and proxy.local_backends["policy"]
+    assert (
+        grpo.summary.policy_version == 1
+        and grpo.records[-1].rollouts["trained"] + grpo.records[-1].rollouts["dropped_rollouts"] == 8
+    )
+    resources = query(store.endpoint, lambda client: client.get_resources_by_id(f"{grpo.run_id}-v1"))
+    assert resources.resources["llm"].endpoint == proxy.endpoint
+
+
 @pytest.mark.timeout(420)
 def test_a_short_run_raises_the_eval_reward(store: StoreProcess) -> None:
     """The demo through the stack, shortened to 20 steps. In every measured curve (docs/rl.md: 10 seeds without the
