@@ -260,7 +260,9 @@ class GRPO(Algorithm):
                 self.run_id = str(state.extra.get("run_id", self.run_id))
                 self.eval_rewards = {int(k): float(v) for k, v in (state.extra.get("eval_rewards") or {}).items()}
                 self._resumed_from = state.step
-                logger.info("GRPO %s resumed at step %d (policy version %d)", self.run_id, self.step, self.policy_version)
+                logger.info(
+                    "GRPO %s resumed at step %d (policy version %d)", self.run_id, self.step, self.policy_version
+                )
         served = copy.deepcopy(self.updater.model).eval().requires_grad_(False)
         options = {"max_batch_size": 256, "max_tokens": 256, "seed": self.config.seed, **self.backend_options}
         self.backend = LocalPolicyBackend(served, self.tokenizer, policy_version=self.policy_version, **options)
