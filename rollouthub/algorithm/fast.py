@@ -211,6 +211,9 @@ class Baseline(FastAlgorithm):
         except ValueError:
             return
         spans = await store.query_spans(rollout_id, attempt_id="latest")
+        if not spans:  # e.g. interrupted before the agent produced any: nothing to adapt, nothing wrong with it
+            logger.info("[Rollout %s] No spans to adapt.", rollout_id)
+            return
         try:
             adapted = adapter.adapt(spans)
         except Exception:

@@ -1,7 +1,12 @@
-"""``rollouthub store``: run the LightningStore server (store.md 13.2 plus ``--backend``, auth and limits).
+"""``rollouthub store``: run the LightningStore server (the reference's ``store`` command plus ``--backend``, auth and
+limits).
 
-Exit status: 0 after a clean shutdown (Ctrl+C / SIGTERM), 1 when the server cannot start (e.g. the port is already in
-use), 2 for invalid arguments (e.g. ``--n-workers 2 --backend memory``).
+Exit status: 0 after a clean shutdown (Ctrl+C / SIGTERM / the ``--parent-pid`` process ended: a server's normal end),
+1 when the server cannot start (e.g. the port is already in use: one line, at once), 2 for invalid arguments (e.g.
+``--n-workers 2 --backend memory``, ``--port 99999``, a SQLite file in a missing directory).
+
+On a clean shutdown every database connection is closed and a SQLite backend's write-ahead log is folded into the
+database file, so the ``.db`` file alone holds every acknowledged write.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import shutil
 import signal
 import sys
 from typing import Any, List, Optional, Sequence
+
+from rollouthub.cli.arguments import OneLineErrorParser, port_number
+from rollouthub.store.locations import LocationError, parse_backend
 
 __all__ = [
     "main",
@@ -43,19 +51,17 @@ DEFAULT_TIMEOUT_KEEP_ALIVE = 30
 _FD_HEADROOM = 256
 """File descriptors kept for the database, logs and the listening socket on top of ``--limit-concurrency``."""
 
-_SQL_PREFIXES = ("sqlite", "postgresql", "postgres")
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rollouthub store``."""
-    parser = argparse.ArgumentParser(prog="rollouthub store", description="Run the LightningStore server.")
+    parser = OneLineErrorParser(prog="rollouthub store", description="Run the LightningStore server.")
     parser.add_argument("--host", default="127.0.0.1", help="Bind address (default: 127.0.0.1, loopback only).")
-    parser.add_argument("--port", type=int, default=4747, help="Port (default: 4747).")
+    parser.add_argument("--port", type=port_number, default=4747, help="Port, 1-65535 (default: 4747).")
     parser.add_argument(
         "--backend",
         default=DEFAULT_BACKEND,
-        help="'memory' for the in-memory store, or a SQL URL (sqlite:///path.db, postgresql://...). "
-        f"Default: {DEFAULT_BACKEND}.",
+        help="'memory' for the in-memory store, a SQLite file (path.db or sqlite:///path.db) or a PostgreSQL URL "
+        f"(postgresql://...). Default: {DEFAULT_BACKEND}.",
     )
     parser.add_argument(
         "--n-workers",
@@ -117,6 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
         "at 65536 bytes.",
     )
     parser.add_argument("--access-log", action="store_true", help="Log every request (uvicorn access log).")
+    parser.add_argument(
+        "--instance-id",
+        default=None,
+        metavar="ID",
+        help="A nonce returned by GET /v1/agl/health, so that whoever started this server can tell it from another "
+        "server on the same port (the quickstart passes one).",
+    )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="Stop (cleanly, as on SIGTERM) when the process PID ends: for a program that starts the server as its "
+        "child and may be killed without stopping it.",
+    )
     return parser
 
 
@@ -189,11 +210,30 @@ def _build_store(backend: str, tracker: Any, memory_limit: Optional[str] = None)
     return SqlLightningStore(backend, tracker=tracker)
 
 
-def _is_sql(backend: str) -> bool:
-    return backend.split(":", 1)[0].split("+", 1)[0].lower() in _SQL_PREFIXES
+async def _describe_contents(store: Any, created: bool) -> str:
+    """``created`` or ``opened with N rollouts`` (for the start-up line; the count is skipped if it fails)."""
+    if created:
+        return "created"
+    try:
+        page = await store.query_rollouts(limit=1)
+        return f"opened with {page.total} rollouts"
+    except Exception:  # noqa: BLE001 - the line is informative only
+        logger.debug("Counting the rollouts failed", exc_info=True)
+        return "opened"
 
 
-async def _serve(server: Any, backend_label: str) -> int:
+async def _close_store(store: Any) -> None:
+    """Close the store's connections (SQLite: and fold the write-ahead log into the database file)."""
+    close = getattr(store, "close", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception as exc:  # noqa: BLE001 - the server has stopped; report and exit
+        logger.error("Closing the store backend failed: %s", exc)
+
+
+async def _serve(server: Any, backend_label: str, created: bool = False) -> int:
     from rollouthub.utils.server_launcher import PortBindError, describe_request_head_bound
 
     loop = asyncio.get_running_loop()
@@ -212,14 +252,16 @@ async def _serve(server: Any, backend_label: str) -> int:
             installed.append(sig)
     try:
         store = server.store
-        if server.launcher_args.launch_mode == "asyncio" and hasattr(store, "initialize"):
+        if server.launcher_args.launch_mode == "asyncio":
             # Served from this event loop: open (create or check) the database now, so that a bad database fails
             # the start-up instead of the first request, and the first request does not pay for it.
-            try:
-                await store.initialize()
-            except Exception as exc:  # noqa: BLE001 - report without a traceback
-                logger.error("Cannot open the store backend: %s", exc)
-                return 1
+            if hasattr(store, "initialize"):
+                try:
+                    await store.initialize()
+                except Exception as exc:  # noqa: BLE001 - report without a traceback
+                    logger.error("Cannot open the store backend: %s", exc)
+                    return 1
+            logger.info("Store backend: %s (%s)", backend_label, await _describe_contents(store, created))
         try:
             await server.start()
         except PortBindError:  # already logged once by the launcher, in one line
@@ -237,7 +279,8 @@ async def _serve(server: Any, backend_label: str) -> int:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         endpoint = server.endpoint
-        logger.info("Store backend: %s", backend_label)
+        if server.launcher_args.launch_mode != "asyncio":
+            logger.info("Store backend: %s", backend_label)
         args = server.launcher_args
         logger.info(
             "Limits:        body %d bytes, request head %s, %s concurrent connections, keep-alive %d s",
@@ -265,6 +308,7 @@ async def _serve(server: Any, backend_label: str) -> int:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop_requested.wait(), timeout=0.2)
         await server.stop()
+        await _close_store(store)
         logger.info("Store server stopped.")
         return 0
     except asyncio.CancelledError:
@@ -273,6 +317,7 @@ async def _serve(server: Any, backend_label: str) -> int:
             uncancel()
         with contextlib.suppress(Exception):
             await server.stop()
+        await _close_store(server.store)
         return 0
     finally:
         for sig in installed:
@@ -284,17 +329,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``rollouthub store``; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
-    backend: str = args.backend
-    if backend != "memory" and not _is_sql(backend):
-        parser.print_usage(sys.stderr)
-        print(
-            f"rollouthub store: error: unsupported --backend {backend!r}; use 'memory' or a sqlite:// / "
-            "postgresql:// URL",
-            file=sys.stderr,
-        )
+    try:
+        location = parse_backend(args.backend)
+    except LocationError as exc:
+        print(f"rollouthub store: error: --backend: {exc}", file=sys.stderr)
         return 2
+    backend = location.url
     if args.n_workers < 1:
         print("rollouthub store: error: --n-workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.parent_pid is not None and args.parent_pid <= 0:
+        print("rollouthub store: error: --parent-pid must be a process id (a positive number)", file=sys.stderr)
         return 2
     if args.n_workers > 1 and backend == "memory":
         print(
@@ -314,7 +359,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"rollouthub store: error: {flag} must be positive", file=sys.stderr)
             return 2
     if args.memory_limit is not None:
-        if backend != "memory":
+        if location.kind != "memory":
             print("rollouthub store: error: --memory-limit only applies to --backend memory", file=sys.stderr)
             return 2
         from rollouthub.store.memory import parse_memory_limit
@@ -336,6 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MissingExtraError as exc:
         print(f"rollouthub store: error: {exc}", file=sys.stderr)
         return 1
+    created = location.kind == "memory" or (location.kind == "sqlite" and not os.path.exists(location.path or ""))
     try:
         store = _build_store(backend, tracker, args.memory_limit)
     except Exception as exc:  # noqa: BLE001 - report configuration errors without a traceback
@@ -362,15 +408,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             tracker=tracker,
             api_token=resolve_api_token(args.api_token),
             max_body_bytes=args.max_body_bytes,
+            instance_id=args.instance_id,
         )
     except ValueError as exc:
         print(f"rollouthub store: error: {exc}", file=sys.stderr)
         return 2
-    if backend == "memory":
+    if location.kind == "memory":
         label = f"memory (InMemoryLightningStore, spans bounded to {store.memory_limit_bytes / 2**20:.0f} MiB)"
     else:
-        label = getattr(store, "database_url", backend)
+        label = location.describe()
+    if args.parent_pid is not None:
+        from rollouthub.utils.process_lifetime import die_with_parent
+
+        die_with_parent(args.parent_pid)  # SIGTERM when it ends: the clean shutdown below
     try:
-        return run_event_loop(_serve(server, str(label)))
+        return run_event_loop(_serve(server, label, created))
     except KeyboardInterrupt:
         return 0

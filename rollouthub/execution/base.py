@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Awaitable, Protocol
+from typing import Awaitable, Optional, Protocol
 
 from rollouthub.store.base import LightningStore
 
@@ -27,6 +27,10 @@ class ExecutionStrategy:
     """Decides where the algorithm and the runners run (threads, processes, machines) and how they stop."""
 
     alias: str = ""
+
+    interrupted: Optional[BaseException] = None
+    """The ``KeyboardInterrupt`` (Ctrl+C, or SIGTERM as :class:`~rollouthub.utils.process_lifetime.Terminated`) that
+    stopped the last :meth:`execute`, which then returns normally after stopping everything; ``None`` otherwise."""
 
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
         """Run both bundles against ``store`` and block until they are done."""

@@ -17,6 +17,7 @@ from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple
 
 from rollouthub.env_var import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from rollouthub.store.base import LightningStore
+from rollouthub.utils.process_lifetime import die_with_parent
 
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .events import ExecutionEvent, MultiprocessingEvent
@@ -97,11 +98,14 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         store: LightningStore,
         event: ExecutionEvent,
         before_server_stop: Optional[Callable[[], None]] = None,
+        stop_runners: Optional[Callable[[], None]] = None,
     ) -> None:
         """Run the algorithm bundle, behind a store server when the store is managed.
 
         ``before_server_stop`` (blocking, run in a worker thread) is called after the algorithm returns and before
         the server stops, so local runner processes can finish their last store calls against a live server.
+        ``stop_runners`` (blocking, in a worker thread) is its counterpart when the algorithm side is interrupted:
+        local runners are stopped while the server still answers their last calls (marking their attempts).
         """
         server: Optional[Any] = None
         try:
@@ -118,6 +122,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         except (asyncio.CancelledError, KeyboardInterrupt):
             logger.warning("Algorithm side interrupted; signalling runners to stop.")
             event.set()
+            if server is not None and stop_runners is not None:
+                await asyncio.to_thread(stop_runners)
             raise
         except BaseException:
             logger.exception("Algorithm side failed; signalling runners to stop.")
@@ -221,6 +227,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         processes: List[multiprocessing.process.BaseProcess] = []
         error: Optional[BaseException] = None
         interrupted = False
+        self.interrupted = None
         if self.role not in ("algorithm", "runner", "both"):  # e.g. assigned after construction
             raise ValueError(f"Unknown role: {self.role}")
         if self.managed_store:
@@ -246,8 +253,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     event.set()
                     _join_all(spawned, self.graceful_timeout)
 
+                def stop_runners() -> None:
+                    self._shutdown_processes(spawned, event)
+
                 try:
-                    asyncio.run(self._execute_algorithm(algorithm, store, event, let_runners_finish))
+                    asyncio.run(self._execute_algorithm(algorithm, store, event, let_runners_finish, stop_runners))
                 finally:
                     event.set()
             else:
@@ -257,10 +267,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 asyncio.run(self._execute_runner(runner, 0, store, event))
                 while p.is_alive():
                     p.join(0.2)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             logger.warning("KeyboardInterrupt received; initiating cooperative shutdown...")
             event.set()
             interrupted = True
+            self.interrupted = exc
         except BaseException as exc:
             event.set()
             error = exc
@@ -300,7 +311,8 @@ def _runner_process_main(
     store: Optional[LightningStore],
     event: ExecutionEvent,
 ) -> None:
-    """Entry point of a runner child process."""
+    """Entry point of a runner child process (it stops, as on SIGTERM, when its parent dies)."""
+    die_with_parent()
     try:
         asyncio.run(strategy._execute_runner(runner, worker_id, store, event))
     except KeyboardInterrupt:
@@ -310,7 +322,8 @@ def _runner_process_main(
 def _algorithm_process_main(
     strategy: ClientServerExecutionStrategy, algorithm: AlgorithmBundle, store: LightningStore, event: ExecutionEvent
 ) -> None:
-    """Entry point of the algorithm child process (``main_process="runner"``)."""
+    """Entry point of the algorithm child process (``main_process="runner"``; it stops when its parent dies)."""
+    die_with_parent()
     try:
         asyncio.run(strategy._execute_algorithm(algorithm, store, event))
         # Fix of a reference quirk: a finished algorithm also stops the runner on the main process.

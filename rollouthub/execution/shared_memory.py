@@ -152,6 +152,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
             return lambda: runner(wrapped, worker_id, stop_evt)
 
         main_error: Optional[BaseException] = None
+        self.interrupted = None
         try:
             if self.main_thread == "algorithm":
                 for i in range(self.n_runners):
@@ -180,9 +181,10 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
                 # The runner returned (max_rollouts or stop event): let the algorithm finish.
                 while t.is_alive():
                     t.join(0.1)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             logger.warning("KeyboardInterrupt received on main thread; initiating cooperative shutdown...")
             stop_evt.set()
+            self.interrupted = exc
         except BaseException as exc:
             logger.exception("Main-thread bundle raised an exception; stopping everything.")
             stop_evt.set()

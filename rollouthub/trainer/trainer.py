@@ -15,8 +15,10 @@ from rollouthub.execution.events import ExecutionEvent
 from rollouthub.llm_proxy import LLMProxy
 from rollouthub.store.base import LightningStore
 from rollouthub.types import NamedResources
+from rollouthub.utils.process_lifetime import sigterm_raises
 
 from .init_utils import build_component
+from .interruption import cancel_interrupted_run, note_unfinished
 from .progress import ProgressSetting, progress_line_from, with_progress_line
 from .registry import ExecutionStrategyRegistry
 
@@ -314,6 +316,9 @@ class Trainer:
                 await algorithm.run(train_dataset=train_dataset, val_dataset=val_dataset)  # type: ignore[misc]
             else:
                 algorithm.run(train_dataset=train_dataset, val_dataset=val_dataset)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            logger.info("The algorithm was interrupted.")
+            raise
         except BaseException:
             logger.exception("The algorithm raised an exception.")
             raise
@@ -334,6 +339,9 @@ class Trainer:
             runner.init_worker(worker_id, store)
             worker_initialized = True
             await runner.iter(event=event)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            logger.info("[Worker %d] The runner was interrupted.", worker_id)
+            raise
         except BaseException:
             logger.exception("[Worker %d] The runner raised an exception.", worker_id)
             raise
@@ -363,7 +371,15 @@ class Trainer:
             self._algorithm_bundle, train_dataset=train_dataset, val_dataset=val_dataset, algorithm=algorithm
         )
         runner_bundle = functools.partial(self._runner_bundle, agent=agent)
-        self.strategy.execute(with_progress_line(algorithm_bundle, self.progress), runner_bundle, self.store)
+        # An interrupted run cancels the rollouts it enqueued and no runner finished (see .interruption).
+        enqueues = algorithm is not None and getattr(self.strategy, "role", "both") != "runner"
+        before = note_unfinished(self.store) if enqueues else None
+        with sigterm_raises(only_if_default=True):
+            self.strategy.execute(with_progress_line(algorithm_bundle, self.progress), runner_bundle, self.store)
+        interruption = getattr(self.strategy, "interrupted", None)
+        if isinstance(interruption, BaseException):
+            cancel_interrupted_run(self.store, before, interruption)
+            raise interruption
 
     def fit(
         self,
@@ -372,7 +388,13 @@ class Trainer:
         *,
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> None:
-        """Train: run the algorithm and the runners with the configured strategy until the algorithm is done."""
+        """Train: run the algorithm and the runners with the configured strategy until the algorithm is done.
+
+        Ctrl+C or SIGTERM (while SIGTERM has its default action, fit turns it into
+        :class:`~rollouthub.utils.process_lifetime.Terminated`, a ``KeyboardInterrupt``) stops the runners, cancels
+        the run's unfinished rollouts (:mod:`rollouthub.trainer.interruption`) and re-raises the interruption:
+        an interrupted fit never returns as if it had finished.
+        """
         if isinstance(train_dataset, str):
             warnings.warn(
                 "Passing a server URL to fit() is the deprecated v0.1 protocol.", DeprecationWarning, stacklevel=2

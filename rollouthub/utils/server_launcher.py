@@ -51,6 +51,8 @@ from typing import (
     TypeVar,
 )
 
+from rollouthub.utils.process_lifetime import die_with_parent
+
 __all__ = [
     "LaunchMode",
     "PythonServerLauncherArgs",
@@ -654,8 +656,13 @@ def _reset_forked_asyncio_state() -> None:
 
 
 def _mp_supervisor_main(launcher: PythonServerLauncher, sock: socket.socket, events: Any) -> None:
-    """Body of the forked server process: one uvicorn server, or a supervisor of ``n_workers`` forked workers."""
+    """Body of the forked server process: one uvicorn server, or a supervisor of ``n_workers`` forked workers.
+
+    It stops (as on SIGTERM) when the process that started it ends, and so do its workers when it ends: killing the
+    owner never leaves a server behind.
+    """
     _reset_forked_asyncio_state()
+    die_with_parent()
     n_workers = max(1, launcher.args.n_workers)
     health_url = launcher.health_url
     deadline = time.monotonic() + launcher.args.startup_timeout
@@ -696,6 +703,7 @@ def _mp_supervisor_main(launcher: PythonServerLauncher, sock: socket.socket, eve
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                die_with_parent()
                 _run_uvicorn_worker(launcher, sock)
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()

@@ -203,7 +203,7 @@ def test_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:
     assert "store" in capsys.readouterr().out
     assert cli_main(["bogus"]) == 2
     assert cli_main(["store", "--backend", "mongodb://x"]) == 2
-    assert "unsupported --backend" in capsys.readouterr().err
+    assert "unsupported backend" in capsys.readouterr().err
 
 
 def test_prometheus_cli_configuration_errors(monkeypatch: pytest.MonkeyPatch) -> None:

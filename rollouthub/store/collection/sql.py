@@ -427,7 +427,8 @@ class SqlLightningCollections(LightningCollections):
         await self._ensure_ready()
 
     async def close(self) -> None:
-        """Dispose the engine of the running loop and forget the others."""
+        """Dispose the engine of the running loop and forget the others; SQLite: checkpoint the write-ahead log into
+        the database file and truncate it."""
         loop = asyncio.get_running_loop()
         with self._engines_guard:
             engine = self._engines.pop(loop, None)
@@ -439,6 +440,12 @@ class SqlLightningCollections(LightningCollections):
             await pool.close()
         if engine is not None:
             await engine.dispose()
+        if self.dialect == "sqlite":
+            # Fold the write-ahead log into the database file: the ``.db`` alone then holds every committed write
+            # (closing the last connection usually does it too, but not while another loop or process holds one).
+            from .sql_sqlite import checkpoint_and_truncate
+
+            await asyncio.to_thread(checkpoint_and_truncate, str(self.url.database), self._busy_timeout)
 
     async def notify(self, channel: str, payload: str) -> None:
         """PostgreSQL ``NOTIFY`` (autocommit)."""

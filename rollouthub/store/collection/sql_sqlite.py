@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import aiosqlite
 
-__all__ = ["FastSqliteConnection", "make_async_creator", "set_pending_begin"]
+__all__ = ["FastSqliteConnection", "checkpoint_and_truncate", "make_async_creator", "set_pending_begin"]
 
 
 def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
@@ -42,6 +42,26 @@ def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connec
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
+
+
+def checkpoint_and_truncate(path: str, busy_timeout: float = 5.0) -> Optional[Tuple[int, int, int]]:
+    """Copy every committed page of the write-ahead log into the database file and empty the log
+    (``PRAGMA wal_checkpoint(TRUNCATE)``), so that the ``.db`` file alone holds every committed write.
+
+    Returns SQLite's ``(busy, log pages, checkpointed pages)``; ``None`` for an in-memory database or a file that
+    does not exist. Complete (``busy == 0``) when no other connection is reading or writing at the time.
+    """
+    if not path or path == ":memory:" or path.startswith("file::memory:"):
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=busy_timeout, isolation_level=None)
+    except sqlite3.OperationalError:  # no such file
+        return None
+    try:
+        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return (int(row[0]), int(row[1]), int(row[2])) if row is not None else None
+    finally:
+        conn.close()
 
 
 class _PrefetchCursor:

@@ -8,6 +8,7 @@ serialized directly with ``pydantic_core.to_json`` (each item by its own model, 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, List, Literal, Optional, Sequence, Type, Union
 
 import pydantic_core
@@ -125,8 +126,11 @@ def _pagination_of(model: Type[BaseModel], q: Any, filter_logic: bool = True) ->
 
 
 async def health(call: Call) -> bytes:
-    """Liveness probe; never requires authentication."""
-    return b'{"status":"ok"}'
+    """Liveness probe; never requires authentication. With an instance id, ``{"status": "ok", "instance_id": ...}``."""
+    instance_id = getattr(call.server, "instance_id", None)
+    if instance_id is None:
+        return b'{"status":"ok"}'
+    return json.dumps({"status": "ok", "instance_id": instance_id}, separators=(",", ":")).encode()
 
 
 async def enqueue_rollouts(call: Call) -> bytes:

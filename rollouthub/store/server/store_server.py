@@ -66,8 +66,9 @@ class LightningStoreServer(LightningStore):
     """Expose a store over HTTP and delegate every store method to it (store.md 11.1-11.3).
 
     Besides the reference's arguments, ``api_token`` enables bearer-token authentication (every route except
-    ``GET /v1/agl/health``), ``max_body_bytes`` limits request bodies (413 above it) and ``dashboard_dir`` overrides the
-    directory of the dashboard bundle.
+    ``GET /v1/agl/health``), ``max_body_bytes`` limits request bodies (413 above it), ``dashboard_dir`` overrides the
+    directory of the dashboard bundle and ``instance_id`` (a per-launch nonce chosen by whoever starts the server) is
+    returned by ``GET /v1/agl/health``, so that the starter can tell its own server from another one on the port.
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class LightningStoreServer(LightningStore):
         api_token: Optional[str] = None,
         max_body_bytes: int = 32 * 1024 * 1024,
         dashboard_dir: Optional[str] = None,
+        instance_id: Optional[str] = None,
     ) -> None:
         if launcher_args is not None:
             if host is not None or port is not None or launch_mode != "thread":
@@ -120,6 +122,7 @@ class LightningStoreServer(LightningStore):
         self._api_token = api_token or None
         self._max_body_bytes = int(max_body_bytes)
         self._dashboard_dir = dashboard_dir
+        self._instance_id = instance_id or None
         self._owner_pid = os.getpid()
         self._client: Optional[LightningStoreClient] = None
         self._lock = threading.Lock()
@@ -154,6 +157,7 @@ class LightningStoreServer(LightningStore):
         self._api_token = state.get("_api_token")
         self._max_body_bytes = 32 * 1024 * 1024
         self._dashboard_dir = None
+        self._instance_id = None
         self._client = None
         self._lock = threading.Lock()
         self._caps_cache = None
@@ -173,6 +177,11 @@ class LightningStoreServer(LightningStore):
     def api_token(self) -> Optional[str]:
         """The bearer token required by the server, if any."""
         return self._api_token
+
+    @property
+    def instance_id(self) -> Optional[str]:
+        """The per-launch nonce returned by ``GET /v1/agl/health`` (``None``: not given, not returned)."""
+        return self._instance_id
 
     @property
     def max_body_bytes(self) -> int:
