@@ -280,12 +280,19 @@ class GRPO(Algorithm):
                 proxy.update_model_list([*proxy.model_list, entry])  # applied at the (re)start in run()
                 self._restart_proxy = proxy.is_running()
             return proxy, False
-        proxy = LLMProxy(
-            port=self.proxy_port,
+        from rollouthub.utils.server_launcher import PythonServerLauncherArgs, pick_free_port
+
+        launcher = PythonServerLauncherArgs(
+            port=self.proxy_port or pick_free_port(),
             host="127.0.0.1",
+            launch_mode="thread",
+            healthcheck_url="/health",
+            log_level=logging.WARNING,  # the server's start and stop lines stay out of the trainer's output
+        )
+        proxy = LLMProxy(
+            launcher_args=launcher,
             model_list=[entry],
             store=store,
-            launch_mode="thread",
             callbacks=PROXY_CALLBACKS,
             local_backends={self.model_name: self.backend},
         )
