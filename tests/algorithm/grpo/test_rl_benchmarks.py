@@ -37,13 +37,18 @@ def test_the_gpu_smoke_without_cuda_says_so_in_one_line_with_its_own_exit_status
     )
 
 
-def test_the_gpu_smoke_runs_grpo_steps_on_the_cpu(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_the_gpu_smoke_runs_grpo_steps_on_the_cpu(tmp_path: Path, lora_rank: int) -> None:
+    """A full fine-tune, and a LoRA adapter (the served copy is the peft model; new versions load its weights)."""
     figures_path = tmp_path / "smoke.json"
-    result = run("rl_gpu_smoke.py", "--device", "cpu", "--steps", "2", "--runners", "4", "--json", str(figures_path))
+    options = ["--device", "cpu", "--steps", "2", "--runners", "4", "--lora-rank", str(lora_rank)]
+    result = run("rl_gpu_smoke.py", *options, "--learning-rate", "1e-3", "--json", str(figures_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     figures = json.loads(figures_path.read_text())
     assert figures["device"] == "cpu" and figures["steps"] == 2 and figures["policy_version"] == 2
     assert figures["step_seconds"] > 0 and figures["generation_tokens_per_s"] > 0
+    ratios = [ratio for ratio in figures["first_ratio_mean"] if ratio is not None]
+    assert ratios and all(abs(ratio - 1) < 1e-5 for ratio in ratios)  # served by the weights being trained
     assert "2 GRPO steps on cpu" in result.stdout
 
 
