@@ -279,8 +279,8 @@ async def _serve(server: Any, backend_label: str, created: bool = False) -> int:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         endpoint = server.endpoint
-        if server.launcher_args.launch_mode != "asyncio":
-            logger.info("Store backend: %s", backend_label)
+        if server.launcher_args.launch_mode != "asyncio":  # the workers open the database: no count here
+            logger.info("Store backend: %s (%s)", backend_label, "created" if created else "opened")
         args = server.launcher_args
         logger.info(
             "Limits:        body %d bytes, request head %s, %s concurrent connections, keep-alive %d s",

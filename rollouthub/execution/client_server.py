@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple
 from rollouthub.env_var import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from rollouthub.store.base import LightningStore
 from rollouthub.utils.process_lifetime import die_with_parent
+from rollouthub.utils.server_launcher import bind_socket
 
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .events import ExecutionEvent, MultiprocessingEvent
@@ -176,7 +177,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         processes: List[multiprocessing.process.BaseProcess] = []
         child_store = None if self.managed_store else store
         for i in range(self.n_runners):
-            p = ctx.Process(target=_runner_process_main, args=(self, runner, i, child_store, event), name=f"runner-{i}")
+            p = ctx.Process(
+                target=_runner_process_main, args=(self, runner, i, child_store, event, os.getpid()), name=f"runner-{i}"
+            )
             p.start()
             processes.append(p)
         logger.info("Started %d runner process(es): %s", len(processes), [p.pid for p in processes])
@@ -234,6 +237,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             logger.info("Executing with %r (pid %d).", self, os.getpid())
         else:
             logger.info("Executing with %r on the store %r (pid %d).", self, store, os.getpid())
+        if self.managed_store and self.role == "both":
+            # Local runners start before the server and connect to whatever answers on the port: make sure the port
+            # is free first, so that they never claim another server's rollouts (the port is in use: PortBindError,
+            # before anything starts).
+            bind_socket(self.server_host or "0.0.0.0", self.server_port).close()
         try:
             if self.role == "algorithm":
                 asyncio.run(self._execute_algorithm(algorithm, store, event))
@@ -261,7 +269,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 finally:
                     event.set()
             else:
-                p = ctx.Process(target=_algorithm_process_main, args=(self, algorithm, store, event), name="algorithm")
+                p = ctx.Process(
+                    target=_algorithm_process_main, args=(self, algorithm, store, event, os.getpid()), name="algorithm"
+                )
                 p.start()
                 processes = [p]
                 asyncio.run(self._execute_runner(runner, 0, store, event))
@@ -310,9 +320,10 @@ def _runner_process_main(
     worker_id: int,
     store: Optional[LightningStore],
     event: ExecutionEvent,
+    parent_pid: Optional[int] = None,
 ) -> None:
-    """Entry point of a runner child process (it stops, as on SIGTERM, when its parent dies)."""
-    die_with_parent()
+    """Entry point of a runner child process (it stops, as on SIGTERM, when ``parent_pid`` ends)."""
+    die_with_parent(parent_pid)
     try:
         asyncio.run(strategy._execute_runner(runner, worker_id, store, event))
     except KeyboardInterrupt:
@@ -320,10 +331,14 @@ def _runner_process_main(
 
 
 def _algorithm_process_main(
-    strategy: ClientServerExecutionStrategy, algorithm: AlgorithmBundle, store: LightningStore, event: ExecutionEvent
+    strategy: ClientServerExecutionStrategy,
+    algorithm: AlgorithmBundle,
+    store: LightningStore,
+    event: ExecutionEvent,
+    parent_pid: Optional[int] = None,
 ) -> None:
-    """Entry point of the algorithm child process (``main_process="runner"``; it stops when its parent dies)."""
-    die_with_parent()
+    """Entry point of the algorithm child process (``main_process="runner"``; it stops when ``parent_pid`` ends)."""
+    die_with_parent(parent_pid)
     try:
         asyncio.run(strategy._execute_algorithm(algorithm, store, event))
         # Fix of a reference quirk: a finished algorithm also stops the runner on the main process.

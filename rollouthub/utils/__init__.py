@@ -1,1 +1,1 @@
-"""Shared utilities (ids, metrics, OTLP helpers, server launcher, system snapshots)."""
+"""Shared utilities (ids, metrics, OTLP helpers, server launcher, process lifetimes, system snapshots)."""

@@ -142,8 +142,9 @@ def wait_for_pid_exit(pid: int, timeout: Optional[float] = None) -> bool:
 def die_with_parent(parent_pid: Optional[int] = None, sig: int = signal.SIGTERM) -> None:
     """Make this process receive ``sig`` when ``parent_pid`` (default: the current parent) exits.
 
-    Without ``parent_pid`` (a forked child) also sets the parent-death signal where the system has one. Starts a daemon thread that waits for the parent's
-    exit. If the parent is already gone, ``sig`` is sent at once.
+    A daemon thread waits for the parent's exit. Without ``parent_pid``, the kernel's parent-death signal is set too
+    where the system has one (Linux; it fires when the *thread* that started this process ends, so pass the parent's
+    pid, taken before the fork, when that thread may end first). If the parent is already gone, ``sig`` is sent at once.
     """
     parent = os.getppid() if parent_pid is None else parent_pid
     if parent_pid is None:  # the kernel's signal follows the thread that forked us: only for a forked child

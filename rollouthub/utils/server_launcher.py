@@ -518,7 +518,7 @@ class PythonServerLauncher:
         events: Any = ctx.Queue()
         process = ctx.Process(
             target=_mp_supervisor_main,
-            args=(self, sock, events),
+            args=(self, sock, events, os.getpid()),
             name="rollouthub-server",
             daemon=self.args.n_workers <= 1,
         )
@@ -655,14 +655,14 @@ def _reset_forked_asyncio_state() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _mp_supervisor_main(launcher: PythonServerLauncher, sock: socket.socket, events: Any) -> None:
+def _mp_supervisor_main(launcher: PythonServerLauncher, sock: socket.socket, events: Any, owner_pid: int) -> None:
     """Body of the forked server process: one uvicorn server, or a supervisor of ``n_workers`` forked workers.
 
     It stops (as on SIGTERM) when the process that started it ends, and so do its workers when it ends: killing the
     owner never leaves a server behind.
     """
     _reset_forked_asyncio_state()
-    die_with_parent()
+    die_with_parent(owner_pid)
     n_workers = max(1, launcher.args.n_workers)
     health_url = launcher.health_url
     deadline = time.monotonic() + launcher.args.startup_timeout
@@ -696,6 +696,8 @@ def _mp_supervisor_main(launcher: PythonServerLauncher, sock: socket.socket, eve
     workers: List[int] = []
     stopping = threading.Event()
 
+    supervisor_pid = os.getpid()
+
     def spawn() -> int:
         pid = os.fork()
         if pid == 0:  # worker
@@ -703,7 +705,7 @@ def _mp_supervisor_main(launcher: PythonServerLauncher, sock: socket.socket, eve
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                die_with_parent()
+                die_with_parent(supervisor_pid)
                 _run_uvicorn_worker(launcher, sock)
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()

@@ -110,6 +110,34 @@ def test_sigterm_to_the_main_process_leaves_nothing_running_and_a_complete_db(tm
 
 
 @pytest.mark.timeout(120)
+def test_sigkill_of_the_main_process_leaves_no_process_and_a_complete_db(tmp_path: Path) -> None:
+    """SIGKILL allows no clean-up in the quickstart itself: its runners and its store notice their owner is gone and
+    stop -- the store the clean way, folding its write-ahead log into the ``.db``."""
+    run = Running(tmp_path, "--runners", "2")
+    tree: Set[int] = set()
+
+    def under_way() -> bool:
+        try:
+            tree.update(c.pid for c in psutil.Process(run.process.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+        assert run.process.poll() is None, run.stdout[-20:]
+        url = _store_url(run)
+        return url is not None and (_total_rollouts(url) or 0) >= 10
+
+    wait_until(under_way, 90, "the run to be under way")
+    acknowledged = _total_rollouts(_store_url(run) or "") or 0
+    os.kill(run.process.pid, signal.SIGKILL)
+    assert run.finish(timeout=30) == -signal.SIGKILL
+    wait_until(lambda: not _alive(tree), 5, f"the quickstart's processes {_alive(tree)} to stop")
+    assert not (tmp_path / (DB + "-wal")).exists()
+    (tmp_path / "copy").mkdir()
+    shutil.copy(tmp_path / DB, tmp_path / "copy" / DB)
+    with sqlite3.connect(tmp_path / "copy" / DB) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM rollouts").fetchone()[0] >= acknowledged
+
+
+@pytest.mark.timeout(120)
 def test_ctrl_c_in_a_terminal_is_one_line_and_exit_130(tmp_path: Path) -> None:
     """A terminal's Ctrl+C reaches the whole foreground process group (the runners too): no traceback wall, one
     line, exit 130, never "Trained in"; the run's unfinished rollouts are cancelled."""
