@@ -1,7 +1,8 @@
-"""Algorithms: the components that enqueue rollouts and learn from their traces (runtime.md 10).
+"""Algorithms: the components that enqueue rollouts and learn from their traces.
 
-``APO`` and ``VERL`` are factory functions importing the real classes lazily, so their optional dependencies are
-only needed when used. The classes live in :mod:`rollouthub.algorithm.apo` and :mod:`rollouthub.algorithm.verl`.
+``APO``, ``GRPO`` and ``VERL`` are factory functions importing the real classes lazily, so their optional
+dependencies are only needed when used. The classes live in :mod:`rollouthub.algorithm.apo`,
+:mod:`rollouthub.algorithm.grpo` (the ``[train]`` extra) and :mod:`rollouthub.algorithm.verl`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from .fast import Baseline, FastAlgorithm
 
 if TYPE_CHECKING:  # pragma: no cover
     from .apo import APO as _APOClass
+    from .grpo.algorithm import GRPO as _GRPOClass
     from .verl import VERL as _VERLClass
 
-__all__ = ["Algorithm", "algo", "FastAlgorithm", "Baseline", "APO", "VERL"]
+__all__ = ["Algorithm", "algo", "FastAlgorithm", "Baseline", "APO", "GRPO", "VERL"]
 
 
 def APO(*args: Any, **kwargs: Any) -> _APOClass[Any]:
@@ -24,6 +26,13 @@ def APO(*args: Any, **kwargs: Any) -> _APOClass[Any]:
     from .apo import APO as _APO
 
     return _APO(*args, **kwargs)
+
+
+def GRPO(*args: Any, **kwargs: Any) -> _GRPOClass:
+    """Create a :class:`rollouthub.algorithm.grpo.GRPO` (imported lazily; one-line error without ``[train]``)."""
+    from .grpo.algorithm import GRPO as _GRPO
+
+    return _GRPO(*args, **kwargs)
 
 
 def VERL(*args: Any, **kwargs: Any) -> _VERLClass:

@@ -58,7 +58,8 @@ class BackendStats:
     """Counters of a backend since it was created.
 
     ``requests`` counts the calls admitted, ``refused`` those answered 429 during weight updates; ``batch_sizes``
-    maps a batch size (sequences generated together) to how many batches had it.
+    maps a batch size (sequences generated together) to how many batches had it; ``generation_seconds`` is the time
+    the worker spent generating batches (wall clock, summed).
     """
 
     requests: int
@@ -67,6 +68,7 @@ class BackendStats:
     sequences: int
     generated_tokens: int
     batch_sizes: Dict[int, int]
+    generation_seconds: float = 0.0
 
     @property
     def max_batch_size(self) -> int:
@@ -167,6 +169,7 @@ class LocalPolicyBackend:
             "generated_tokens": 0,
         }
         self._batch_sizes: Dict[int, int] = collections.Counter()
+        self._generation_seconds = 0.0
 
     @classmethod
     def from_pretrained(
@@ -222,7 +225,9 @@ class LocalPolicyBackend:
     def stats(self) -> BackendStats:
         """A snapshot of the request, batch and token counters."""
         with self._state:
-            return BackendStats(batch_sizes=dict(self._batch_sizes), **self._counts)
+            return BackendStats(
+                batch_sizes=dict(self._batch_sizes), generation_seconds=self._generation_seconds, **self._counts
+            )
 
     # ------------------------------------------------------------------ serving
 
@@ -379,6 +384,7 @@ class LocalPolicyBackend:
         for group, job in enumerate(batch):
             for _ in range(job.request.sampling.n):
                 rows.append(DecodeRow(job.prompt_ids, job.request.sampling, job.max_tokens, group))
+        started = time.perf_counter()
         try:
             model = self._model
             device = next(model.parameters()).device
@@ -407,6 +413,7 @@ class LocalPolicyBackend:
             self._counts["sequences"] += len(rows)
             self._counts["generated_tokens"] += sum(len(output.token_ids) for output in outputs)
             self._batch_sizes[len(rows)] += 1
+            self._generation_seconds += time.perf_counter() - started
         for job, body in zip(batch, bodies, strict=True):
             job.future.set_result(body)
 

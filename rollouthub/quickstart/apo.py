@@ -164,7 +164,15 @@ def run(session: Session, endpoint: Optional[Tuple[str, str]]) -> Outcome:
         f"[bold green]Best prompt[/bold green] (score {apo._best_prompt.score:.3f}, seed {apo.history[0][2]:.3f}):"
     )
     console.print(f"  {best.template}", markup=False, highlight=False)
-    return Outcome(elapsed=elapsed, rollouts_this_run=view.finished)
+    summary = {
+        "best_prompt": best.template,
+        "best_prompt_version": apo._best_prompt.version,
+        "best_score": apo._best_prompt.score,
+        "seed_score": apo.history[0][2],
+        "rounds": args.rounds,
+        "seconds": round(elapsed, 1),
+    }
+    return Outcome(elapsed=elapsed, rollouts_this_run=view.finished, summary=summary)
 
 
 def _restore_env(name: str, value: Optional[str]) -> None:

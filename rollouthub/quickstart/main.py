@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ from contextlib import ExitStack
 from typing import Any, Dict, List, Optional
 
 from rollouthub.cli.arguments import OneLineErrorParser, port_number, positive_int
-from rollouthub.quickstart import apo
+from rollouthub.quickstart import apo, rl
 from rollouthub.quickstart.endpoint import ENV_ENDPOINT
 from rollouthub.quickstart.processes import free_port, launch_store, stop_store, wait_for_store
 from rollouthub.quickstart.session import QuickstartError, Session, UsageError
@@ -27,7 +28,7 @@ __all__ = ["DEFAULT_DB", "DEFAULT_LOG", "MODES", "build_parser", "main"]
 
 DEFAULT_DB = "rollouthub-quickstart.db"
 DEFAULT_LOG = "rollouthub-quickstart.log"
-MODES: Dict[str, Any] = {"apo": apo}
+MODES: Dict[str, Any] = {"apo": apo, "rl": rl}
 """The training modes by name (``args.mode``)."""
 
 DESCRIPTION = f"""The main job: an end-to-end prompt-optimisation run, offline, on the embedded default store (a SQLite file).
@@ -56,7 +57,18 @@ Files: the database is the ``.db`` file alone once the quickstart has exited (it
 when the store stops). The log is appended to ``./{DEFAULT_LOG}`` (``--log PATH`` to choose), never written beside
 ``--db``.
 
-Exit status: 0 when the run finished; 1 when it failed (one line on stderr, e.g. the port is in use); 2 for a
+``--rl`` trains the agent's own model instead (needs the ``[train]`` extra: torch, transformers): a tiny model built
+from a config (no download) learns to reply with the last letter of a word with GRPO. Runner processes call the policy
+through the LLM proxy; the trainer prints one line per step (eval reward when evaluated, training reward, rollouts/s),
+stops at the first held-out evaluation reaching ``--target`` (0.9), and prints the eval reward per policy version
+and where the checkpoints are. The dashboard's learning curve shows the run's ``val`` reward per policy version.
+
+``--summary-json PATH`` (both modes) writes what the run printed at the end as JSON: for APO the best prompt and
+its score; for RL ``initial_eval_reward``, ``final_eval_reward``, ``steps``, ``policy_versions``,
+``checkpoint_dir``, ``seconds`` and the eval reward per policy version.
+
+Exit status: 0 when the run finished (RL: reaching ``--target``); 1 when it failed (one line on stderr, e.g. the
+port is in use, the ``[train]`` extra is missing, or the RL run ended below its target); 2 for a
 bad flag value; 130 after Ctrl+C and 143 after SIGTERM during the run (the runners and the store are stopped, and
 the run's unfinished rollouts are cancelled so that a later run never executes them). With ``--keep-serving``, Ctrl+C
 or SIGTERM once the run has finished ends the serving: exit 0.
@@ -85,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runners", type=positive_int, default=4, help="Runner processes (default: 4).")
     for mode in MODES.values():
         mode.add_arguments(parser, ENV_ENDPOINT)
+    parser.add_argument(
+        "--summary-json",
+        default=None,
+        metavar="PATH",
+        help="Write what the run printed at the end here, as JSON (both modes).",
+    )
     parser.add_argument("--keep-serving", action="store_true", help="Keep the store and dashboard up until Ctrl+C.")
     parser.add_argument(
         "--log", default=DEFAULT_LOG, metavar="PATH", help=f"Log file, appended to (default: ./{DEFAULT_LOG})."
@@ -158,6 +176,31 @@ def _delete_sqlite_files(path: str) -> None:
             os.remove(path + suffix)
 
 
+def _summary_path(args: argparse.Namespace) -> None:
+    """``--summary-json`` must be writable where it points (checked before the run)."""
+    if args.summary_json is None:
+        return
+    path = os.path.abspath(args.summary_json)
+    if not os.path.isdir(os.path.dirname(path)):
+        raise UsageError(f"--summary-json: the directory {os.path.dirname(path)} does not exist")
+    if os.path.isdir(path):
+        raise UsageError(f"--summary-json: {path} is a directory")
+
+
+def _write_summary(path: str, mode: str, outcome: Any, stats: Dict[str, Any], data: str) -> None:
+    values = {
+        "mode": mode,
+        **outcome.summary,
+        "elapsed": round(outcome.elapsed, 1),
+        "rollouts_this_run": outcome.rollouts_this_run,
+        "data": data,
+        "store_totals": {key: stats.get(f"total_{key}") for key in ("rollouts", "spans", "workers")},
+        "failure": outcome.failure,
+    }
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(values, handle, indent=1)
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -165,6 +208,7 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(soft_wrap=True)  # never break paths and URLs
     backend = _backend(args)
     log_path = _log_path(args)
+    _summary_path(args)
     checked = mode.check(args)
     if args.fresh and backend.path is not None:
         _delete_sqlite_files(backend.path)
@@ -193,6 +237,11 @@ def _run(args: argparse.Namespace) -> int:
             f"{stats.get('total_workers')} workers."
         )
         console.print(data_line, markup=False, highlight=False)
+        if args.summary_json:
+            _write_summary(args.summary_json, args.mode, outcome, stats, data)
+            console.print(f"Summary: {os.path.abspath(args.summary_json)}", markup=False, highlight=False)
+        if outcome.failure is not None:
+            raise QuickstartError(outcome.failure)
         if args.keep_serving:
             console.print(f"Dashboard: {store.url}/  (serving until Ctrl+C)")
             try:

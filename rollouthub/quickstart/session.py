@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
 
 __all__ = ["Outcome", "QuickstartError", "Session", "UsageError"]
 
@@ -40,7 +40,11 @@ class Session:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a finished training mode reports: for the summary line ``Trained in ...``."""
+    """What a finished training mode reports: for the summary line ``Trained in ...`` and ``--summary-json``."""
 
     elapsed: float
     rollouts_this_run: int
+    summary: Dict[str, Any] = field(default_factory=dict)
+    """What the mode printed at the end, as JSON values (written by ``--summary-json``)."""
+    failure: Optional[str] = None
+    """Set when the run finished without reaching its goal: printed as a one-line error after the summary (exit 1)."""

@@ -4,7 +4,10 @@
   splits;
 - :mod:`.settings` (no torch): the model sizes and hyperparameters (:data:`DEMO_SETTINGS`);
 - :mod:`.sampling` and :mod:`.direct` (``[train]`` extra): sampling from the model directly and the demo's loop
-  without the stack, the reference learning curve (``benchmarks/grpo_learning.py``).
+  without the stack, the reference learning curve (``benchmarks/grpo_learning.py``);
+- :mod:`.agent` (no torch): the demo agent, which calls the policy through the LLM proxy;
+- :mod:`.stack` (``[train]`` extra): the demo through the full stack with :class:`~rollouthub.algorithm.grpo.GRPO`
+  (``python -m rollouthub.quickstart --rl``, ``benchmarks/rl_step.py``).
 """
 
 from __future__ import annotations

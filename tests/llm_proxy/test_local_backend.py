@@ -46,13 +46,17 @@ def token_ids(answer: Any) -> List[List[int]]:
 
 
 async def test_concurrent_requests_are_batched_and_greedy_answers_match_one_by_one(backend: Any) -> None:
+    assert backend.stats().generation_seconds == 0.0
     alone = [await backend.chat_completion(chat(q, temperature=0, logprobs=True)) for q in QUESTIONS]
     assert backend.stats().batch_sizes == {1: 4}
+    generating = backend.stats().generation_seconds
+    assert generating > 0  # summed over the four batches
     together = await asyncio.gather(
         *(backend.chat_completion(chat(q, temperature=0, logprobs=True)) for q in QUESTIONS)
     )
     stats = backend.stats()
     assert stats.max_batch_size > 1 and stats.requests == 8 and stats.sequences == 8
+    assert stats.generation_seconds > generating
     assert stats.generated_tokens == sum(len(ids) for a in alone + list(together) for ids in token_ids(a))
     for single, batched in zip(alone, together, strict=True):
         assert token_ids(single) == token_ids(batched)

@@ -8,6 +8,9 @@ use of their names (``from rollouthub.algorithm.grpo import PolicyUpdater``) and
 - :mod:`.loss`: pure tensor functions: packing, token log-probs at a temperature, group advantages, the clipped loss.
 - :mod:`.update`: :class:`PolicyUpdater`, the optimizer step over a step's token samples.
 - :mod:`.checkpoint`: atomic checkpoints and ``resume``.
+- :mod:`.rollouts` (no torch): a step's rollouts: enqueue the groups, wait, read spans into samples, the drop rule.
+- :mod:`.metrics` (no torch): the per-step metrics stored as record rollouts, and reading them back.
+- :mod:`.algorithm`: :class:`GRPO`, the algorithm the ``Trainer`` runs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ __all__ = [
     "clipped_policy_loss",
     "token_logprobs",
     "pack_batch",
+    "GRPO",
+    "RunSummary",
+    "StepRecord",
+    "read_step_records",
 ]
 
 _LAZY = {
@@ -51,6 +58,10 @@ _LAZY = {
     "clipped_policy_loss": "loss",
     "token_logprobs": "loss",
     "pack_batch": "loss",
+    "GRPO": "algorithm",
+    "RunSummary": "algorithm",
+    "StepRecord": "metrics",
+    "read_step_records": "metrics",
 }
 
 

@@ -1,8 +1,9 @@
-"""VERL integration (runtime.md 10.6): reinforcement learning on GPUs with VERL, vLLM and Ray.
+"""VERL integration: reinforcement learning on GPUs with VERL, vLLM and Ray -- the interface only.
 
-This is the interface only: the CPU-only core does not ship the VERL driver. Constructing :class:`VERL` without
-VERL's dependencies raises a clear ``ImportError``; with them installed, :meth:`VERL.run` raises a
-``RuntimeError`` explaining that the GPU driver is not part of rollouthub yet.
+rollouthub does not ship the VERL driver. Constructing :class:`VERL` without VERL's dependencies raises a clear
+``ImportError``; with them installed, :meth:`VERL.run` raises a ``RuntimeError``. Reinforcement learning of the
+agent's model runs with :class:`rollouthub.algorithm.grpo.GRPO` (the ``[train]`` extra: torch and transformers, on a
+CPU or a CUDA GPU; vLLM can serve the policy behind the LLM proxy instead of the local backend, see docs/rl.md).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class VERL(Algorithm):
             raise ImportError(
                 "The VERL algorithm needs CUDA GPUs and the packages "
                 f"{', '.join(VERL_REQUIREMENTS)}; missing: {', '.join(missing)}. "
-                "Install them (e.g. `pip install verl vllm`) on a GPU machine, or use APO / a custom @algo on CPU."
+                "Install them (e.g. `pip install verl vllm`) on a GPU machine, or train with "
+                "rollouthub.algorithm.grpo.GRPO (pip install 'rollouthub[train]'; CPU or CUDA)."
             )
         self.config = config
         self.trainer_cls = trainer_cls
@@ -62,8 +64,8 @@ class VERL(Algorithm):
     def run(self, train_dataset: Optional[Dataset[Any]] = None, val_dataset: Optional[Dataset[Any]] = None) -> None:
         """Not available: rollouthub does not ship the VERL driver (``RuntimeError``)."""
         raise RuntimeError(
-            "rollouthub provides the VERL interface only; the GPU training driver (run_ppo with the agent-mode "
-            "daemon) is not implemented in this release."
+            "rollouthub provides the VERL interface only; the VERL training driver (run_ppo with the agent-mode "
+            "daemon) is not implemented. Use rollouthub.algorithm.grpo.GRPO (torch + transformers, CPU or CUDA)."
         )
 
     def get_client(self) -> Any:
