@@ -1,4 +1,4 @@
-"""Algorithms: the components that enqueue rollouts and learn from their traces (runtime.md 10).
+"""Algorithms: the components that enqueue rollouts and learn from their traces.
 
 ``APO`` and ``VERL`` are factory functions importing the real classes lazily, so their optional dependencies are
 only needed when used. The classes live in :mod:`rollouthub.algorithm.apo` and :mod:`rollouthub.algorithm.verl`.

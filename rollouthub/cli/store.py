@@ -1,4 +1,4 @@
-"""``rollouthub store``: run the LightningStore server (store.md 13.2 plus ``--backend``, auth and limits).
+"""``rollouthub store``: run the LightningStore server (``agl store`` flags plus ``--backend``, auth and limits).
 
 Exit status: 0 after a clean shutdown (Ctrl+C / SIGTERM), 1 when the server cannot start (e.g. the port is already in
 use), 2 for invalid arguments (e.g. ``--n-workers 2 --backend memory``).
