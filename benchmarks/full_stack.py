@@ -1,4 +1,4 @@
-"""Full-stack load generator: a store server, runner processes and an algorithm driving them (store.md 15.2).
+"""Full-stack load generator: a store server, runner processes and an algorithm driving them.
 
 The script starts ``rollouthub store --backend <memory|sqlite:///...>`` as a subprocess (or uses ``--store-url``),
 then runs a :class:`~rollouthub.trainer.Trainer` with the client-server strategy on an *unmanaged*
@@ -641,7 +641,7 @@ def _positive_float(value: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Command-line flags (store.md 15.2 plus server/backend/report options)."""
+    """Command-line flags (the reference's store benchmark flags plus server/backend/report options)."""
     from rollouthub.cli import plain_text
 
     p = argparse.ArgumentParser(description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

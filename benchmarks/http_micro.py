@@ -1,4 +1,4 @@
-"""HTTP micro benchmarks of the store server (store.md 15.3, targets of issue 4).
+"""HTTP micro benchmarks of the store server (the reference's micro workloads, targets of issue 4).
 
 Starts ``rollouthub store`` as a subprocess (memory and/or SQLite backend) and a bare Starlette JSON echo app served
 by uvicorn the same way (same launcher, same uvicorn settings) as the reference point, then drives three workloads

@@ -1,4 +1,4 @@
-"""Scenario C (runtime.md 18.2): the built-in APO end to end with a stubbed optimiser LLM (no network at all).
+"""Scenario C: the built-in APO end to end with a stubbed optimiser LLM (no network at all).
 
 The agent scores 1.0 when its rendered prompt contains ``STRICT`` and 0.2 otherwise. The optimiser stub returns a
 critique for the gradient model and, for the edit model, the incoming template with ``"STRICT "`` prepended, so

@@ -1,4 +1,4 @@
-"""Scenario B (runtime.md 18.2): a hand-written prompt search wrapped with ``@algo`` and run by the Trainer.
+"""Scenario B: a hand-written prompt search wrapped with ``@algo`` and run by the Trainer.
 
 The agent asks an LLM to answer a question with a prompt template, then asks a judge (the same LLM) to score the
 answer between 0 and 1. The algorithm tries three templates one after another and reports the best one.

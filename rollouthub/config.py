@@ -1,4 +1,4 @@
-"""``lightning_cli``: build an argparse CLI from class constructors (runtime.md 15.4)."""
+"""``lightning_cli``: build an argparse CLI from class constructors."""
 
 from __future__ import annotations
 

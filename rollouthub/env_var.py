@@ -1,4 +1,4 @@
-"""Environment variables understood by rollouthub and their resolvers (store.md 13.3, runtime.md 14.1)."""
+"""Environment variables understood by rollouthub and their resolvers."""
 
 from __future__ import annotations
 

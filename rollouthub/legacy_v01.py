@@ -1,4 +1,4 @@
-"""Deprecated v0.1 task server and client (runtime spec 17): importable shims, not implementations.
+"""Deprecated v0.1 task server and client: importable shims, not implementations.
 
 Agent Lightning v0.1 exchanged tasks and results through a small HTTP task server (``AgentLightningServer`` with its
 ``ServerDataStore``) and a polling client (``AgentLightningClient``, or ``DevTaskLoader`` in memory). v0.3 replaced

@@ -1,4 +1,4 @@
-"""Logging setup for the ``rollouthub`` logger hierarchy (runtime.md 14.2).
+"""Logging setup for the ``rollouthub`` logger hierarchy.
 
 Nothing is configured at import time. :func:`setup` (exported as ``rollouthub.setup_logging``) configures the base
 ``rollouthub`` logger and optional extras; :func:`setup_module` (``rollouthub.setup_module_logging``) configures a

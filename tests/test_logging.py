@@ -1,4 +1,4 @@
-"""Logging setup (runtime.md 14.2)."""
+"""Logging setup."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-// A minimal browser router (history API): routes of dashboard.md 3.1.
+// A minimal browser router (history API): the dashboard's page routes.
 import { useSyncExternalStore, type AnchorHTMLAttributes, type MouseEvent } from 'react';
 
 export interface Location {

@@ -1,4 +1,4 @@
-"""Trace adapters: turn spans into training data (runtime.md 8)."""
+"""Trace adapters: turn spans into training data."""
 
 from .base import Adapter, OtelTraceAdapter, TraceAdapter
 from .messages import TraceToMessages

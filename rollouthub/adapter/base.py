@@ -1,4 +1,4 @@
-"""Adapter base classes: convert traces into training data (runtime.md 8.1)."""
+"""Adapter base classes: convert traces into training data."""
 
 from __future__ import annotations
 

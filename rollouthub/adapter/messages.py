@@ -1,4 +1,4 @@
-"""Spans → OpenAI chat-format conversations: ``TraceToMessages`` (runtime.md 8.4).
+"""Spans → OpenAI chat-format conversations: ``TraceToMessages``.
 
 Each LLM-call span (one carrying ``gen_ai.prompt``/``gen_ai.completion``/``gen_ai.request``/``gen_ai.response``
 attributes) becomes one :class:`OpenAIMessages` record in the OpenAI fine-tuning JSONL schema. Tool calls made by the

@@ -1,4 +1,4 @@
-"""Spans → RL triplets: ``TracerTraceToTriplet`` and ``LlmProxyTraceToTriplet`` (runtime.md 8.2, 8.3)."""
+"""Spans → RL triplets: ``TracerTraceToTriplet`` and ``LlmProxyTraceToTriplet``."""
 
 from __future__ import annotations
 

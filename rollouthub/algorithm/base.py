@@ -1,4 +1,4 @@
-"""The :class:`Algorithm` base class (runtime.md 10.1)."""
+"""The :class:`Algorithm` base class."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Optional, Union
 from rollouthub.store.base import LightningStore
 from rollouthub.types import NamedResources
 
-try:  # ``Dataset`` belongs to rollouthub.types.core (runtime.md 2.1); fall back until it lands there.
+try:  # ``Dataset`` belongs to rollouthub.types.core; fall back until it lands there.
     from rollouthub.types.core import Dataset  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
     from typing import Protocol, TypeVar

@@ -1,4 +1,4 @@
-"""``@algo``: turn a plain function into an :class:`Algorithm` (runtime.md 10.3)."""
+"""``@algo``: turn a plain function into an :class:`Algorithm`."""
 
 from __future__ import annotations
 

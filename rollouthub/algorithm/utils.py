@@ -1,4 +1,4 @@
-"""Helpers shared by algorithms (runtime.md 10.2): dataset batching and store / LLM-proxy injection."""
+"""Helpers shared by algorithms: dataset batching and store / LLM-proxy injection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``rollouthub prometheus``: expose a Prometheus multiprocess directory over HTTP (store.md 13.2).
+"""``rollouthub prometheus``: expose a Prometheus multiprocess directory over HTTP.
 
 Useful when several store worker processes write metrics into ``PROMETHEUS_MULTIPROC_DIR``: this separate process
 aggregates and serves them at ``<metrics-path>/`` (default ``/v1/prometheus/``), plus ``GET /health``.

@@ -1,4 +1,4 @@
-"""Emitters: record rewards, messages, objects, exceptions and operations as spans (runtime.md 7)."""
+"""Emitters: record rewards, messages, objects, exceptions and operations as spans."""
 
 from .annotation import emit_annotation, operation
 from .exception import emit_exception

@@ -1,4 +1,4 @@
-"""Annotations and operations: ``emit_annotation``, ``operation`` and ``OperationContext`` (runtime.md 7, 7.1)."""
+"""Annotations and operations: ``emit_annotation``, ``operation`` and ``OperationContext``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exception emitter: ``agentlightning.exception`` spans with OpenTelemetry exception attributes (runtime.md 7)."""
+"""Exception emitter: ``agentlightning.exception`` spans with OpenTelemetry exception attributes."""
 
 from __future__ import annotations
 

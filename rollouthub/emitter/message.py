@@ -1,4 +1,4 @@
-"""Message emitter: free-text log lines recorded as ``agentlightning.message`` spans (runtime.md 7)."""
+"""Message emitter: free-text log lines recorded as ``agentlightning.message`` spans."""
 
 from __future__ import annotations
 

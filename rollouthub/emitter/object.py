@@ -1,4 +1,4 @@
-"""Object emitter: arbitrary values recorded as ``agentlightning.object`` spans (runtime.md 7)."""
+"""Object emitter: arbitrary values recorded as ``agentlightning.object`` spans."""
 
 from __future__ import annotations
 

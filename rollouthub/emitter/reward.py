@@ -1,4 +1,4 @@
-"""Reward emitter and reward readers (runtime.md 7).
+"""Reward emitter and reward readers.
 
 Rewards are annotation spans whose attributes hold a list of named dimensions:
 ``agentlightning.reward.<i>.name`` / ``agentlightning.reward.<i>.value``; index 0 is the primary reward.

@@ -1,4 +1,4 @@
-"""Execution strategies: where the algorithm and the runners run, and how they stop (runtime.md 12)."""
+"""Execution strategies: where the algorithm and the runners run, and how they stop."""
 
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .client_server import ClientServerExecutionStrategy

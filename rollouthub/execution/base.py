@@ -1,4 +1,4 @@
-"""Execution strategy contract and bundle protocols (runtime.md 12.1)."""
+"""Execution strategy contract and bundle protocols."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ClientServerExecutionStrategy``: a store server with the algorithm, runners in processes (runtime.md 12.3).
+"""``ClientServerExecutionStrategy``: a store server with the algorithm, runners in processes.
 
 The algorithm side wraps the store in a :class:`~rollouthub.store.client_server.LightningStoreServer`; every
 runner process talks to it through a :class:`~rollouthub.store.client.LightningStoreClient`. Stopping is

@@ -1,4 +1,4 @@
-"""Cooperative stop signals shared by execution strategies and bundles (runtime.md 12.1)."""
+"""Cooperative stop signals shared by execution strategies and bundles."""
 
 from __future__ import annotations
 

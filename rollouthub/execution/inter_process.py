@@ -1,4 +1,4 @@
-"""Placeholder for a future inter-process strategy (runtime.md 12.1; alias ``"ipc"``, not registered)."""
+"""Placeholder for a future inter-process strategy (alias ``"ipc"``, not registered)."""
 
 from __future__ import annotations
 

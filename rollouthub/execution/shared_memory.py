@@ -1,6 +1,6 @@
-"""``SharedMemoryExecutionStrategy``: the algorithm and the runners as threads of one process (runtime.md 12.2).
+"""``SharedMemoryExecutionStrategy``: the algorithm and the runners as threads of one process.
 
-Differences from the reference (fixes of the quirks listed in 12.2):
+Differences from the reference (fixes of its quirks):
 
 * every bundle runs on its own event loop that is torn down explicitly, so a bundle that ignores cancellation is
   really abandoned (``asyncio.run`` would block forever cancelling it);

@@ -11,7 +11,7 @@ anyway (``query_rollouts`` returns each rollout with its latest attempt), so che
 
 * a new attempt (a retry, ``start_attempt``) changes the latest attempt id;
 * a span added to the latest attempt -- a late reward span included -- is a heartbeat: the store sets the attempt's
-  ``last_heartbeat_time = now`` in the same transactional unit as the insert (store.md 4.5, the contract of every
+  ``last_heartbeat_time = now`` in the same transactional unit as the insert (the contract of every
   store), so the stored value changes.
 
 The export reads the rollout *before* its spans, so an entry's version is never newer than its spans: a span stored

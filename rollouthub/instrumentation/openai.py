@@ -1,8 +1,7 @@
 """Native instrumentation of the OpenAI Python SDK (no AgentOps needed).
 
 Patches ``chat.completions.create`` and ``responses.create`` of the sync and async clients (including streaming)
-so that every call becomes an OpenTelemetry span with the attribute schema the adapters read (runtime spec 3.3,
-6.6):
+so that every call becomes an OpenTelemetry span with the attribute schema the adapters read:
 
 * span ``openai.chat.completion`` (chat) or ``openai.responses.create`` (Responses API);
 * ``gen_ai.system``, ``gen_ai.request.model``, ``gen_ai.request.streaming``, other ``gen_ai.request.*`` sampling

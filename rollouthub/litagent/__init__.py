@@ -1,4 +1,4 @@
-"""Agents: ``LitAgent`` and the rollout decorators (runtime.md 5)."""
+"""Agents: ``LitAgent`` and the rollout decorators."""
 
 from .decorator import llm_rollout, prompt_rollout, rollout
 from .litagent import LitAgent

@@ -1,4 +1,4 @@
-"""Function-based agents: ``FunctionalLitAgent`` and the ``@rollout`` decorators (runtime.md 5.2)."""
+"""Function-based agents: ``FunctionalLitAgent`` and the ``@rollout`` decorators."""
 
 from __future__ import annotations
 

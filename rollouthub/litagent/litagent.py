@@ -1,4 +1,4 @@
-"""``LitAgent``: the base class of trainable agents (runtime.md 5.1)."""
+"""``LitAgent``: the base class of trainable agents."""
 
 from __future__ import annotations
 

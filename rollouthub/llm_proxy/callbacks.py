@@ -1,4 +1,4 @@
-"""Callbacks of the native LLM-proxy engine (runtime.md 13.6): the counterparts of the reference's LiteLLM loggers.
+"""Callbacks of the native LLM-proxy engine: the counterparts of the reference's LiteLLM loggers.
 
 A callback is a subclass of :class:`LLMProxyCallback`. Before a request is forwarded, every callback may rewrite
 the upstream payload (:meth:`LLMProxyCallback.pre_call`); :class:`LightningOpenTelemetry` additionally records each

@@ -1,4 +1,4 @@
-"""``LightningSpanExporter`` (runtime.md 13.7): LLM-proxy spans → the store, one request subtree at a time.
+"""``LightningSpanExporter``: LLM-proxy spans → the store, one request subtree at a time.
 
 Every span recorded for a proxied request carries ``metadata.requester_custom_headers`` (a Python-literal dict of
 the request's ``x-*`` headers), from which the exporter learns the rollout, the attempt and the sequence id that

@@ -1,4 +1,4 @@
-"""ASGI middlewares of the LLM proxy (runtime.md 13.5).
+"""ASGI middlewares of the LLM proxy.
 
 * :class:`RolloutAttemptMiddleware` (``"rollout_attempt"``) — strips the ``/rollout/{rid}/attempt/{aid}`` prefix,
   allocates the request's span sequence id from the store **at request start** and adds the headers

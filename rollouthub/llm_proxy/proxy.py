@@ -1,4 +1,4 @@
-"""``LLMProxy`` (runtime.md 13.2/13.3): an OpenAI-compatible endpoint in front of model backends, tracing into a store.
+"""``LLMProxy``: an OpenAI-compatible endpoint in front of model backends, tracing into a store.
 
 The reference hosts LiteLLM's proxy app; rollouthub serves its own engine (:mod:`rollouthub.llm_proxy.engine`)
 with :class:`~rollouthub.utils.server_launcher.PythonServerLauncher`. The observable contract is the same: routes

@@ -1,4 +1,4 @@
-"""Replaying a complete (non-streaming) response as a synthetic event stream (runtime.md 13.5).
+"""Replaying a complete (non-streaming) response as a synthetic event stream.
 
 Used by :class:`~rollouthub.llm_proxy.middleware.StreamConversionMiddleware`: the upstream is always asked for a
 non-streaming response (so token ids and usage are complete), and ``stream: true`` clients get the same content as

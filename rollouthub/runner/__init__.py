@@ -1,4 +1,4 @@
-"""Runners: long-running executors that pull rollouts from a store and run an agent (runtime spec 9)."""
+"""Runners: long-running executors that pull rollouts from a store and run an agent."""
 
 from __future__ import annotations
 

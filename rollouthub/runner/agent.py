@@ -1,4 +1,4 @@
-"""``LitAgentRunner``: pulls rollouts from a store, runs a ``LitAgent`` under a tracer, reports results (spec 9)."""
+"""``LitAgentRunner``: pulls rollouts from a store, runs a ``LitAgent`` under a tracer, reports results."""
 
 from __future__ import annotations
 
@@ -164,11 +164,11 @@ class LitAgentRunner(Runner[T_task]):
     # ------------------------------------------------------------------ result post-processing
 
     async def _post_process_rollout_result(self, rollout: AttemptedRollout, raw_result: Any) -> List[Any]:
-        """Write what the agent returned to the store (spec 9.4) and return the spans for ``on_rollout_end``."""
+        """Write what the agent returned to the store and return the spans for ``on_rollout_end``."""
         return (await self._write_rollout_result(rollout, raw_result))[0]
 
     async def _write_rollout_result(self, rollout: AttemptedRollout, raw_result: Any) -> Tuple[List[Any], List[Any]]:
-        """Write what the agent returned to the store (spec 9.4).
+        """Write what the agent returned to the store.
 
         Returns ``(spans for on_rollout_end, spans of the rollout)``: they differ only when the agent returned a float,
         whose reward span is not given to the hooks (reference quirk, kept) but is part of the rollout -- the runner's
@@ -251,7 +251,7 @@ class LitAgentRunner(Runner[T_task]):
         return None if update is None else update.resources
 
     async def _step_impl(self, rollout: AttemptedRollout, raise_on_exception: bool = False) -> str:
-        """Execute one attempted rollout end to end (spec 9.3); returns the rollout id."""
+        """Execute one attempted rollout end to end; returns the rollout id."""
         agent = self.get_agent()
         store = self.get_store()
         rollout_id = rollout.rollout_id

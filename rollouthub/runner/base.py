@@ -1,4 +1,4 @@
-"""``Runner`` base class (runtime spec 9.1)."""
+"""``Runner`` base class."""
 
 from __future__ import annotations
 

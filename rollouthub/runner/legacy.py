@@ -1,4 +1,4 @@
-"""Deprecated v0.1 runner shim (runtime spec 9.8, 17)."""
+"""Deprecated v0.1 runner shim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``LightningStore`` contract (store.md section 3), the ``UNSET`` sentinel, capabilities and statistics."""
+"""The ``LightningStore`` contract, the ``UNSET`` sentinel, capabilities and statistics."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ ABANDON_CHECK_SECONDS = 0.1
 
 
 class SpansEvictedError(RuntimeError):
-    """The spans of a rollout were evicted to keep the in-memory store within its memory bound (store.md 7.4).
+    """The spans of a rollout were evicted to keep the in-memory store within its memory bound.
 
     Raised by ``query_spans`` (and ``query_spans_json``) of an evicted rollout, forever; a ``RuntimeError`` with the
     reference message ``"Spans for rollout <id> have been evicted"``. The server answers it with **410 Gone**, and
@@ -159,7 +159,7 @@ def paginated_json(result: Any) -> bytes:
     """The JSON bytes of a query result as the REST API sends it: ``{"items": [...], "limit", "offset", "total"}``.
 
     A plain sequence (from a store that does not return a :class:`~rollouthub.types.PaginatedResult`) is wrapped as
-    one complete page, with a warning (store.md 11.5).
+    one complete page, with a warning.
     """
     if isinstance(result, PaginatedResult):
         payload = {"items": list(result.items), "limit": result.limit, "offset": result.offset, "total": result.total}

@@ -1,9 +1,9 @@
-"""``InMemoryLightningStore``: the collection-based store over in-memory primitives, with span eviction (store.md 7).
+"""``InMemoryLightningStore``: the collection-based store over in-memory primitives, with span eviction.
 
 Two ways to bound the memory held by spans:
 
 * the reference's ``eviction_memory_threshold`` (default 70 % of the machine's RAM), accounted with
-  :func:`estimate_model_size` -- kept exactly as store.md 7.4 specifies; that estimate counts roughly 60 % of what
+  :func:`estimate_model_size` -- kept exactly as the reference computes it; that estimate counts roughly 60 % of what
   spans really occupy (no object dicts, ``fields_set`` sets or mapping keys);
 * ``memory_limit`` (a rollouthub extension, what ``rollouthub store --memory-limit`` sets): a size (``"64MiB"``,
   ``"2G"``, bytes) or a share of the RAM (``"25%"``), accounted with :func:`estimate_memory_bytes`, which tracks the

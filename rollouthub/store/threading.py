@@ -1,4 +1,4 @@
-"""``LightningStoreThreaded``: serialize every call to a store from many threads with one lock (store.md 10)."""
+"""``LightningStoreThreaded``: serialize every call to a store from many threads with one lock."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Status machines, retry policy, heartbeat rules, watchdog scan and worker status machine -- as pure functions.
 
-This is the ONE place where the transitions of store.md section 4 are written down. The business logic
+This is the ONE place where the status transitions of the store are written down. The business logic
 (:mod:`rollouthub.store.collection_based`) calls these functions; storage backends never re-implement them.
 Nothing here performs I/O; functions that need "now" take it as an argument (or read ``time.time()`` once).
 """
@@ -45,7 +45,7 @@ _FAILURE_LIKE: frozenset[str] = frozenset({"failed", "timeout", "unresponsive"})
 
 
 def derive_rollout_status(attempt_status: str, sequence_id: int, config: RolloutConfig) -> RolloutStatus:
-    """Rollout status implied by its latest attempt (store.md 4.3), including the retry policy."""
+    """Rollout status implied by its latest attempt, including the retry policy."""
     if attempt_status in _PASS_THROUGH:
         return attempt_status  # type: ignore[return-value]
     if attempt_status in _FAILURE_LIKE:
@@ -78,13 +78,13 @@ def heartbeat_attempt_status(status: AttemptStatus) -> AttemptStatus:
 def heartbeat_promotes_rollout(status: RolloutStatus) -> bool:
     """A heartbeat on the latest attempt moves the rollout to ``running`` from these statuses only.
 
-    Kept compatible with the reference (store.md 4.5 quirk): ``queuing`` is deliberately not in the set.
+    Kept compatible with the reference, a known quirk of its own: ``queuing`` is deliberately not in the set.
     """
     return status in ("preparing", "requeuing")
 
 
 async def scan_unhealthy_rollouts(rollouts: Sequence[AttemptedRollout]) -> Dict[Tuple[str, str], AttemptStatus]:
-    """Watchdog scan (store.md 4.6 step 4): ``(rollout_id, attempt_id) -> "timeout" | "unresponsive"``.
+    """Watchdog scan of each rollout's latest attempt: ``(rollout_id, attempt_id) -> "timeout" | "unresponsive"``.
 
     A coroutine function, as in the reference (``await scan_unhealthy_rollouts(rollouts)``); it performs no I/O and
     reads ``time.time()`` once. The rules are :func:`find_unhealthy_attempts`.
@@ -120,7 +120,7 @@ def find_unhealthy_attempts(
 
 
 def worker_fields_for_attempt(attempt: Attempt, now: float, dequeue: bool) -> Dict[str, Any]:
-    """Worker fields written when a worker is synced with one of its attempts (store.md 4.7)."""
+    """Worker fields written when a worker is synced with one of its attempts."""
     fields: Dict[str, Any] = {}
     if attempt.status in ("preparing", "running"):
         fields.update(
@@ -142,7 +142,7 @@ def worker_fields_for_empty_dequeue(worker: Optional[Worker], now: float) -> Dic
     """Worker fields written when a worker polled an empty queue.
 
     The worker becomes ``idle`` (``last_idle_time`` only on the transition); ``current_*`` ids are kept
-    (reference quirk 16.2.6).
+    (a reference quirk, kept).
     """
     fields: Dict[str, Any] = {"last_dequeue_time": now}
     if worker is None or worker.status != "idle":

@@ -1,4 +1,4 @@
-"""The HTTP contract of the store (store.md 11.4): API prefixes and the request/response models of the REST routes.
+"""The HTTP contract of the store: API prefixes and the request/response models of the REST routes.
 
 Shared by the server (:mod:`rollouthub.store.server`, which validates request bodies with these models) and the
 client (:mod:`rollouthub.store.client`, which builds them). ``rollouthub.store.client_server`` re-exports every name

@@ -1,4 +1,4 @@
-"""Public test utilities: a deterministic OpenAI-compatible mock server (runtime spec 18.2) and a real
+"""Public test utilities: a deterministic OpenAI-compatible mock server and a real
 ``rollouthub store`` subprocess for integration tests."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A deterministic, OpenAI-compatible mock LLM server for tests and offline examples (runtime spec 18.2).
+"""A deterministic, OpenAI-compatible mock LLM server for tests and offline examples.
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""Tracers: capture the spans an agent produces and route them to a store (runtime spec 6)."""
+"""Tracers: capture the spans an agent produces and route them to a store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tracer base class and the process-wide active-tracer registry (runtime spec 6.1, 6.2)."""
+"""Tracer base class and the process-wide active-tracer registry."""
 
 from __future__ import annotations
 

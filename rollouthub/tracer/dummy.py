@@ -1,4 +1,4 @@
-"""Backend-free tracer compatible with the emitter API (runtime spec 6.8)."""
+"""Backend-free tracer compatible with the emitter API."""
 
 from __future__ import annotations
 

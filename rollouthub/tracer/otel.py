@@ -1,4 +1,4 @@
-"""``OtelTracer`` and ``LightningSpanProcessor``: OpenTelemetry SDK based tracing into a store (runtime spec 6.3, 6.4)."""
+"""``OtelTracer`` and ``LightningSpanProcessor``: OpenTelemetry SDK based tracing into a store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``WeaveTracer`` (optional, experimental; runtime spec 6.9). Requires the ``weave`` package.
+"""``WeaveTracer`` (optional, experimental). Requires the ``weave`` package.
 
 Never imported by ``import rollouthub``. This is a stub: the W&B Weave integration is out of scope for the core.
 """

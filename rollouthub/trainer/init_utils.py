@@ -1,4 +1,4 @@
-"""Building components from specs: instances, classes, factories, import strings, dicts (runtime.md 11.2)."""
+"""Building components from specs: instances, classes, factories, import strings, dicts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Aliases of the execution strategies accepted by the Trainer (runtime.md 11.2)."""
+"""Aliases of the execution strategies accepted by the Trainer."""
 
 from __future__ import annotations
 

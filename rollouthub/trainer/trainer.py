@@ -1,4 +1,4 @@
-"""The :class:`Trainer`: builds the components and runs an agent with an algorithm (runtime.md 11)."""
+"""The :class:`Trainer`: builds the components and runs an agent with an algorithm."""
 
 from __future__ import annotations
 

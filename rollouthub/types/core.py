@@ -1,7 +1,7 @@
 """Core data models: rollouts, attempts, workers, queries and pagination.
 
-Field names, order, types and defaults follow store.md section 2 exactly (JSON field order on the wire equals the
-declaration order).
+Field names, order, types and defaults follow the reference's data model exactly (JSON field order on the wire
+equals the declaration order).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 RolloutStatus = Literal["queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing"]
-"""Status of a rollout; see store.md 2.1."""
+"""Status of a rollout."""
 
 AttemptStatus = Literal["preparing", "running", "failed", "succeeded", "unresponsive", "timeout"]
 """Status of one attempt (a process only: no queue or cancel states)."""
@@ -146,7 +146,7 @@ class FilterField(TypedDict, total=False):
 
 FilterOptions = Dict[str, Any]
 """Field name -> :class:`FilterField`, plus the reserved keys ``_aggregate`` (``"and"``/``"or"``) and ``_must``
-(a mapping field -> FilterField, or a sequence of such mappings) -- see store.md 5.3."""
+(a mapping field -> FilterField, or a sequence of such mappings, all of which must hold)."""
 
 
 class SortOptions(TypedDict, total=False):
@@ -202,13 +202,13 @@ class Triplet(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Runtime types (runtime.md 2.1)
+# Runtime types
 # ---------------------------------------------------------------------------------------------------------------
 
 T_co = TypeVar("T_co", covariant=True)
 
 RolloutRawResult = Union[None, float, List["ReadableSpan"], List[Span], List[SpanCoreFields]]
-"""Values a rollout method may return (runtime.md 9.4): nothing, a final reward, or spans to store."""
+"""Values a rollout method may return: nothing, a final reward, or spans to store."""
 
 
 class Dataset(Protocol[T_co]):

@@ -1,6 +1,6 @@
 """Span models: the persisted form of OpenTelemetry spans, and converters from the OpenTelemetry SDK.
 
-See store.md section 2.9. OpenTelemetry is imported lazily inside the converters so that the data model itself has no
+OpenTelemetry is imported lazily inside the converters so that the data model itself has no
 hard dependency on the SDK.
 """
 

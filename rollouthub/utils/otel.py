@@ -1,4 +1,4 @@
-"""Attribute utilities for OpenTelemetry spans (runtime.md section 4).
+"""Attribute utilities for OpenTelemetry spans.
 
 OpenTelemetry attributes are flat: the runtime encodes structured data with dotted keys (``a.b``, ``a.c.0``). This
 module converts between nested and flat forms, validates and sanitises attribute values, encodes tags and links,

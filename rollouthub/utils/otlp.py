@@ -1,4 +1,4 @@
-"""OTLP/HTTP trace ingestion for the store server and the client-side exporter (store.md 11.7).
+"""OTLP/HTTP trace ingestion for the store server and the client-side exporter.
 
 Server side: :func:`handle_otlp_export` accepts ``application/x-protobuf`` (primary, as the reference) and -- an
 extension -- OTLP JSON (``application/json``, hex trace/span ids as in the OTLP specification). Bodies may be
@@ -455,7 +455,7 @@ def _span_problem(stored: Span, span_name: str) -> Optional[str]:
 
 
 async def spans_from_proto(request: Any, sequence_id_bulk_issuer: SequenceIdBulkIssuer) -> List[Span]:
-    """Convert an ``ExportTraceServiceRequest`` into store spans (store.md 11.7).
+    """Convert an ``ExportTraceServiceRequest`` into store spans.
 
     Spans without a rollout or attempt id are skipped; spans without a valid sequence id get one from a single call
     to ``sequence_id_bulk_issuer`` (made even when nothing is missing).
@@ -548,7 +548,7 @@ async def export_otlp(
     add_many_spans_assigning_ids: Optional[AssigningSpanSink] = None,
     max_body_bytes: int = 0,
 ) -> OTLPExportResult:
-    """Handle an OTLP/HTTP traces export independently of the web framework (store.md 11.7).
+    """Handle an OTLP/HTTP traces export independently of the web framework.
 
     ``content_type``/``content_encoding``/``accept_encoding`` are the raw request header values (``None`` when
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
@@ -683,7 +683,7 @@ def _exporter_base() -> type:
 
 
 class LightningStoreOTLPExporter(_exporter_base()):  # type: ignore[misc]
-    """OTLP/HTTP span exporter that sends spans to the store while a rollout attempt is active (store.md 11.7).
+    """OTLP/HTTP span exporter that sends spans to the store while a rollout attempt is active.
 
     ``enable_store_otlp(endpoint, rollout_id, attempt_id, api_token=None)`` redirects exports to the store and tags
     every span's resource with the rollout/attempt ids; ``disable_store_otlp()`` restores the original endpoint.

@@ -1,4 +1,4 @@
-"""Run an ASGI app with uvicorn in the current event loop, in a thread, or in forked processes (store.md 13.1).
+"""Run an ASGI app with uvicorn in the current event loop, in a thread, or in forked processes.
 
 Design notes (differences from the reference, all documented in ``docs/server.md``):
 
@@ -100,7 +100,7 @@ class ChildEvent:
 
 @dataclass
 class PythonServerLauncherArgs:
-    """Configuration of :class:`PythonServerLauncher` (store.md 13.1)."""
+    """Configuration of :class:`PythonServerLauncher`."""
 
     port: Optional[int] = None
     host: Optional[str] = None
@@ -180,7 +180,7 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
 class PortBindError(RuntimeError):
     """The launcher could not bind its listening socket (e.g. the port is taken).
 
-    The message keeps the reference's ``"Server did not start up within"`` prefix (store.md 17.10); :attr:`reason` is the
+    The message keeps the reference's ``"Server did not start up within"`` prefix; :attr:`reason` is the
     one-line cause, which :func:`bind_socket` has already logged once (callers need not report it again).
     """
 
@@ -542,7 +542,7 @@ class PythonServerLauncher:
             self._socket = None
 
     async def stop(self) -> None:
-        """Stop the server gracefully (mode-specific, see store.md 13.1)."""
+        """Stop the server gracefully: asyncio exits then cancels, thread joins, mp sends SIGTERM then SIGKILL."""
         mode = self.args.launch_mode
         try:
             if mode == "asyncio":

@@ -1,4 +1,4 @@
-"""``system_snapshot()``: a cheap host telemetry sample used as worker heartbeat payload (store.md 15.3)."""
+"""``system_snapshot()``: a cheap host telemetry sample used as worker heartbeat payload."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``LlmProxyTraceToTriplet`` (runtime.md 8.3): only sequence ids order events."""
+"""``LlmProxyTraceToTriplet``: only sequence ids order events."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``TraceToMessages`` and ``group_genai_dict`` (runtime.md 8.4)."""
+"""``TraceToMessages`` and ``group_genai_dict``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``TracerTraceToTriplet`` and ``TraceTree`` (runtime.md 8.2)."""
+"""``TracerTraceToTriplet`` and ``TraceTree``."""
 
 from __future__ import annotations
 

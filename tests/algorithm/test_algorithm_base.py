@@ -1,4 +1,4 @@
-"""Algorithm base, ``@algo``, helpers, Baseline and VERL (runtime.md 10.1-10.4, 10.6)."""
+"""Algorithm base, ``@algo``, helpers, Baseline and VERL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""APO units with a stubbed optimiser and a simulated runner (runtime.md 10.5)."""
+"""APO units with a stubbed optimiser and a simulated runner."""
 
 from __future__ import annotations
 

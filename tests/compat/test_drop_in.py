@@ -152,7 +152,7 @@ ROWS: List[Dict[str, Any]] = [
 ]
 
 
-# Row "b" has nulls: they sort as the type's zero (0, "", 0.0), stably (store.md 5.4).
+# Row "b" has nulls: they sort as the type's zero (0, "", 0.0), stably.
 EXPECTED_ORDERS = {
     ("count", "asc"): ["c", "b", "d", "a"],
     ("count", "desc"): ["a", "b", "d", "c"],

@@ -1,7 +1,7 @@
 """Issue 17: the public API of Agent Lightning v0.3 under ``import rollouthub as agl`` paths.
 
-* every public name listed in store.md section 1 and runtime.md section 1 (1.1 modules, 1.2 top-level names, 1.3
-  sub-module names) imports from the corresponding ``rollouthub`` path;
+* every public name of the reference (its modules, top-level names and sub-module names) imports from the
+  corresponding ``rollouthub`` path;
 * every function or method the spec marks ``async`` is a coroutine function (``inspect.iscoroutinefunction``) whose
   signature accepts every call written against the spec's pseudo-signature: the same parameter names, in the same
   order, with the same kinds (positional vs keyword-only) and defaults; extra parameters must be optional.
@@ -28,7 +28,7 @@ from rollouthub.store.base import UNSET
 # Names
 # ---------------------------------------------------------------------------------------------------------------------
 
-STORE_MODULE_NAMES: Dict[str, str] = {  # store.md section 1
+STORE_MODULE_NAMES: Dict[str, str] = {  # store public import paths
     "types": "Rollout Attempt AttemptedRollout RolloutConfig RolloutStatus AttemptStatus RolloutMode "
     "EnqueueRolloutRequest TaskInput Worker WorkerStatus PaginatedResult FilterOptions FilterField SortOptions Span "
     "SpanContext TraceStatus Event Link OtelResource Attributes AttributeValue TraceState StatusCode SpanCoreFields "
@@ -68,7 +68,7 @@ STORE_MODULE_NAMES: Dict[str, str] = {  # store.md section 1
     "cli.prometheus": "main",
 }
 
-TOP_LEVEL_NAMES = (  # runtime.md 1.2 (every sub-package's exports, importable from the package itself)
+TOP_LEVEL_NAMES = (  # runtime top-level names (every sub-package's exports, importable from the package itself)
     "TraceAdapter OtelTraceAdapter Adapter TraceToTripletBase TracerTraceToTriplet LlmProxyTraceToTriplet "
     "TraceToMessages Algorithm algo FastAlgorithm Baseline APO VERL lightning_cli reward operation emit_reward "
     "get_reward_value get_rewards_from_span is_reward_span find_reward_spans find_final_reward emit_message "
@@ -88,7 +88,7 @@ TOP_LEVEL_NAMES = (  # runtime.md 1.2 (every sub-package's exports, importable f
     "__version__"
 ).split()
 
-RUNTIME_SUBMODULE_NAMES: Dict[str, str] = {  # runtime.md 1.3 (the semconv constants are listed in section 3)
+RUNTIME_SUBMODULE_NAMES: Dict[str, str] = {  # public names that live only in sub-modules
     "utils.otel": "full_qualified_name get_tracer_provider get_tracer make_tag_attributes extract_tags_from_attributes "
     "make_link_attributes query_linked_spans extract_links_from_attributes filter_attributes "
     "filter_and_unflatten_attributes flatten_attributes unflatten_attributes sanitize_attribute_value "
@@ -128,7 +128,7 @@ RUNTIME_SUBMODULE_NAMES: Dict[str, str] = {  # runtime.md 1.3 (the semconv const
     "server": "AgentLightningServer",
 }
 
-RUNTIME_MODULES = (  # runtime.md 1.1 (sub-modules listed in parentheses included)
+RUNTIME_MODULES = (  # runtime modules and their sub-modules
     "types types.core types.resources types.tracer semconv env_var logging config litagent litagent.litagent "
     "litagent.decorator tracer tracer.base tracer.otel tracer.agentops tracer.dummy tracer.weave instrumentation "
     "instrumentation.agentops instrumentation.agentops_langchain instrumentation.litellm instrumentation.vllm "
@@ -143,8 +143,8 @@ RUNTIME_MODULES = (  # runtime.md 1.1 (sub-modules listed in parentheses include
 NOT_PROVIDED: Dict[str, str] = {
     "store.mongo": "optional MongoDB backend: replaced by the SQL backend (SQLite/PostgreSQL), docs/sql-backend.md",
     "store.collection.mongo": "optional MongoDB collections: replaced by the SQL collections",
-    "instrumentation.weave": "optional W&B Weave patches (runtime.md 6.9: MAY be omitted)",
-    "verl": "GPU-only VERL internals (runtime.md 10.6); agl.VERL raises a clear ImportError when used",
+    "instrumentation.weave": "optional W&B Weave patches (optional in the reference too)",
+    "verl": "GPU-only VERL internals; agl.VERL raises a clear ImportError when used",
     "trainer.legacy": "the legacy trainer loop lives in rollouthub.trainer.trainer (Trainer.fit_v0)",
 }
 
@@ -177,7 +177,7 @@ def test_top_level_names_of_import_rollouthub_as_agl() -> None:
 
 
 def test_agl_reward_is_the_decorator_in_a_fresh_interpreter() -> None:
-    # runtime.md 1.2: rollouthub never imports the deprecated alias module ``rollouthub.reward`` itself, so
+    # rollouthub never imports the deprecated alias module ``rollouthub.reward`` itself, so
     # ``agl.reward`` stays the decorator (importing the alias module, as this test module does, rebinds it).
     code = (
         "import inspect, sys, rollouthub as agl\n"
@@ -245,7 +245,7 @@ def query_spans(rollout_id, attempt_id=None, *, trace_id=None, trace_id_contains
                 filter_logic="and", limit=-1, offset=0, sort_by="sequence_id", sort_order="asc"): ...
 def wait_for_rollouts(*, rollout_ids, timeout=None): ...
 def statistics(): ...
-"""  # store.md section 3 (every data method of the contract is async)
+"""  # the LightningStore contract (every data method of the contract is async)
 
 COLLECTION_CONTRACT = """
 def query(filter=None, sort=None, limit=-1, offset=0): ...
@@ -255,14 +255,14 @@ def update(items, update_fields=None): ...
 def upsert(items, update_fields=None): ...
 def delete(items): ...
 def size(): ...
-"""  # store.md 5.1
+"""  # Collection
 QUEUE_CONTRACT = """
 def has(item): ...
 def enqueue(items): ...
 def dequeue(limit=1): ...
 def peek(limit=1): ...
 def size(): ...
-"""  # store.md 5.2
+"""  # Queue
 KEY_VALUE_CONTRACT = """
 def has(key): ...
 def get(key, default=None): ...
@@ -271,28 +271,28 @@ def pop(key, default=None): ...
 def size(): ...
 def inc(key, amount): ...
 def chmax(key, value): ...
-"""  # store.md 5.2
+"""  # KeyValue
 HOOK_CONTRACT = """
 def on_rollout_start(*, agent, runner, rollout): ...
 def on_trace_start(*, agent, runner, tracer, rollout): ...
 def on_trace_end(*, agent, runner, tracer, rollout): ...
 def on_rollout_end(*, agent, runner, rollout, spans): ...
-"""  # runtime.md 2.1
+"""  # Hook
 LITAGENT_CONTRACT = """
 def rollout_async(task, resources, rollout): ...
-"""  # runtime.md 5.1 (the training/validation variants take the same arguments)
+"""  # LitAgent (the training/validation variants take the same arguments)
 RUNNER_CONTRACT = """
 def iter(*, event=None): ...
 def step(input, *, resources=None, mode=None, event=None): ...
-"""  # runtime.md 9.1
+"""  # Runner
 SERVER_LIFECYCLE = """
 def start(): ...
 def stop(): ...
-"""  # store.md 11.1 / 13.1, runtime.md 13.3 / 15.2
+"""  # LightningStoreServer, PythonServerLauncher, LLMProxy
 STORE_UTILS = """
 def rollout_status_from_attempt(attempt, config): ...
 def scan_unhealthy_rollouts(rollouts): ...
-"""  # store.md 4.3, 4.6
+"""  # status propagation and watchdog scan
 
 
 def _contract(source: str) -> Dict[str, inspect.Signature]:

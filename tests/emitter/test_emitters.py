@@ -1,4 +1,4 @@
-"""Emitters: exact span names and attribute keys (runtime.md 7)."""
+"""Emitters: exact span names and attribute keys."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``operation`` and ``OperationContext`` (runtime.md 7.1)."""
+"""``operation`` and ``OperationContext``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reward readers and the deprecated reward surface (runtime.md 7, 1.2)."""
+"""Reward readers and the deprecated reward surface."""
 
 from __future__ import annotations
 

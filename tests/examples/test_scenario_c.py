@@ -1,4 +1,4 @@
-"""Scenario C (runtime.md 18.2): built-in APO end to end with a stubbed optimiser, with both strategies."""
+"""Scenario C: built-in APO end to end with a stubbed optimiser, with both strategies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ClientServerExecutionStrategy (runtime.md 12.3): env resolution, real processes, escalation, exit codes."""
+"""ClientServerExecutionStrategy: env resolution, real processes, escalation, exit codes."""
 
 from __future__ import annotations
 

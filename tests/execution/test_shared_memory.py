@@ -1,4 +1,4 @@
-"""SharedMemoryExecutionStrategy (runtime.md 12.2, with the quirks fixed)."""
+"""SharedMemoryExecutionStrategy (with the reference's quirks fixed)."""
 
 from __future__ import annotations
 

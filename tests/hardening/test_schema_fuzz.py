@@ -65,7 +65,7 @@ def _compress(case: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _intentional_501(case: Any, status: int) -> bool:
-    """OTLP metrics/logs/profiles are documented as 501 Not Implemented (store.md 11.7)."""
+    """OTLP metrics/logs/profiles are documented as 501 Not Implemented."""
     return status == 501 and case.operation.path in ("/v1/metrics", "/v1/logs", "/v1/development/profiles")
 
 

@@ -1,4 +1,4 @@
-"""``FunctionalLitAgent`` and the rollout decorators (runtime.md 5.2)."""
+"""``FunctionalLitAgent`` and the rollout decorators."""
 
 from __future__ import annotations
 

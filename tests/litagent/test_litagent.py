@@ -1,4 +1,4 @@
-"""``LitAgent`` base class (runtime.md 5.1)."""
+"""``LitAgent`` base class."""
 
 from __future__ import annotations
 

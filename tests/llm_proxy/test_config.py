@@ -1,4 +1,4 @@
-"""LLMProxy configuration (runtime.md 13.2/13.3): validation, aliases, model list, resources, capability checks."""
+"""LLMProxy configuration: validation, aliases, model list, resources, capability checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``LightningSpanExporter`` (runtime.md 13.7): subtree flushing, header validation, both store paths."""
+"""``LightningSpanExporter``: subtree flushing, header validation, both store paths."""
 
 from __future__ import annotations
 

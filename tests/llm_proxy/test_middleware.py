@@ -1,4 +1,4 @@
-"""Middlewares and stream replay (runtime.md 13.5), driven as plain ASGI apps."""
+"""Middlewares and stream replay, driven as plain ASGI apps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``LitAgentRunner`` behaviour (runtime spec 9; checklist 18.3 "Runner")."""
+"""``LitAgentRunner`` behaviour (the reference's runner test checklist)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ async def spans_of(store: InMemoryLightningStore, rollout_id: str) -> List[Span]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Result post-processing (spec 9.4)
+# Result post-processing
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -528,7 +528,7 @@ def test_base_runner_and_legacy_shim() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Heartbeats (spec 9.7)
+# Heartbeats
 # ---------------------------------------------------------------------------------------------------------------------
 
 

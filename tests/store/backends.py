@@ -66,20 +66,20 @@ class BackendTraits:
         in_process_logs: the store logs through this process' ``logging`` (``caplog`` sees its records).
         collection_based: the store object is a ``CollectionBasedLightningStore``; its private seams
             (``_sync_workers_with_attempts``, ``_post_add_spans``, ``_should_scan_for_unhealthy_rollouts``,
-            ``collections``) exist and may be patched on the instance (spec 6.3, 17.14).
+            ``collections``) exist and may be patched on the instance.
         memory: the store is an ``InMemoryLightningStore`` (eviction, ``_latest_resources_id``, ...).
         thread_safe: one store object may be driven concurrently from several threads, each running its own event
             loop (``asyncio.run`` per thread).
-        native_errors: errors surface as the exception types and messages of spec 3.14 (``ValueError`` ...). Remote
+        native_errors: errors surface as the exception types and messages of the reference (``ValueError`` ...). Remote
             backends surface them as ``remote_error_types`` instead (messages are then not compared).
         remote_error_types: the exception types raised instead of the native ones when ``native_errors`` is False.
         max_wait_timeout: largest ``timeout`` accepted by ``wait_for_rollouts`` (``None`` = no cap; the HTTP client
-            caps it at 0.1 s, spec 12.6). Tests that need a longer wait are skipped on capped backends.
+            caps it at 0.1 s). Tests that need a longer wait are skipped on capped backends.
         statistics_name: expected value of ``statistics()["name"]``.
         atomic_sequence_id_blocks: ``get_many_span_sequence_ids`` allocates its ids as one consecutive block, even
             under concurrent allocations (the HTTP client has no bulk route and allocates one id per request).
         zero_limit_dequeue_records_worker: ``dequeue_many_rollouts(limit=0, worker_id=...)`` still records the worker
-            as idle (the HTTP client sends no request at all for a non-positive limit, spec 12.4).
+            as idle (the HTTP client sends no request at all for a non-positive limit).
     """
 
     name: str
@@ -214,7 +214,7 @@ BACKEND_TRAITS: dict[str, BackendTraits] = {
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Collection backends (the storage primitives of spec section 5)
+# Collection backends (the storage primitives)
 # --------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Client-side behaviour of ``LightningStoreClient`` (store.md 12, 17.10) against a scripted aiohttp server.
+"""Client-side behaviour of ``LightningStoreClient`` against a scripted aiohttp server.
 
 The scripted server is a real ``aiohttp.web`` application on a free loopback port: it records every request
 (method, path, JSON body, headers, arrival time) and answers from per-route scripts (status + JSON body, or a
@@ -259,7 +259,7 @@ async def test_close_closes_the_session_and_a_new_one_is_created_on_demand(serve
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Retry schedule and health probing (12.3)
+# Retry schedule and health probing
 # ---------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
-"""Backend-neutral contract of the collections layer (spec 5, 17.13), run over every ``COLLECTION_BACKENDS`` entry.
+"""Backend-neutral contract of the collections layer, run over every ``COLLECTION_BACKENDS`` entry.
 
 Every operation runs inside ``collections.atomic(...)`` so that transactional backends can reuse the tests unchanged.
-Null ordering follows the in-memory semantics (5.4), which the REST layer relies on (17.11): ``*_time`` nulls sort
+Null ordering follows the in-memory semantics, which the REST layer relies on: ``*_time`` nulls sort
 last ascending, other nulls sort as the type's zero (first ascending).
 """
 
@@ -61,7 +61,7 @@ async def query_workers(collections: Any, filter: Any = None, **kwargs: Any) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Members (5.5)
+# Members
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -106,7 +106,7 @@ async def test_atomic_with_labels(collections: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# insert / update / delete / upsert (5.1)
+# insert / update / delete / upsert
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -245,7 +245,7 @@ async def test_upsert_selected_fields(collections: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Filters (5.3)
+# Filters
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -360,7 +360,7 @@ async def test_or_on_primary_key_does_not_prune_other_subtrees(collections: Any)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Sorting (5.4)
+# Sorting
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -423,7 +423,7 @@ async def test_sort_validation(filled: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Pagination and get (5.1)
+# Pagination and get
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -488,7 +488,7 @@ async def test_get(filled: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Queue (5.2)
+# Queue
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -542,7 +542,7 @@ async def test_queue_large_volume(collections: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# KeyValue (5.2)
+# KeyValue
 # ---------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""In-memory collection primitives and their internals (spec 5, 7.1, 7.2, 17.13, 17.14).
+"""In-memory collection primitives and their internals.
 
 Backend-neutral behaviour lives in ``test_collections_conformance.py``; this module covers what is specific to the
 in-memory implementation: constructors, the PK-prefix/no-scan optimisation, case-sensitive ``contains``, generic
@@ -58,7 +58,7 @@ def keys(result: Any) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# ListBasedCollection construction (7.1)
+# ListBasedCollection construction
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -108,7 +108,7 @@ async def test_insertion_order_without_sort() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# In-memory filter semantics (5.3)
+# In-memory filter semantics
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -163,7 +163,7 @@ def test_item_matches_filters_directly() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# In-memory sorting (5.4)
+# In-memory sorting
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -200,7 +200,7 @@ async def test_sort_unknown_field_message() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# PK-prefix optimisation and the no-scan guarantee (7.1, 17.14)
+# PK-prefix optimisation and the no-scan guarantee
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -297,7 +297,7 @@ async def test_contradictory_primary_key_values_short_circuit(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# DequeBasedQueue and DictBasedKeyValue (7.1)
+# DequeBasedQueue and DictBasedKeyValue
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -341,7 +341,7 @@ async def test_dict_key_value_accepts_floats() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Lock classes (7.2, 17.14)
+# Lock classes
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -440,7 +440,7 @@ async def test_locks_survive_pickling(lock_class: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# InMemoryLightningCollections (7.2)
+# InMemoryLightningCollections
 # ---------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Conformance: the rollout queue (spec 3.2, 3.3, 3.4, 4.4, 17.3)."""
+"""Conformance: the rollout queue."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conformance: resources snapshots (spec 3.10, 17.5)."""
+"""Conformance: resources snapshots."""
 
 from __future__ import annotations
 

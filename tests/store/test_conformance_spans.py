@@ -1,4 +1,4 @@
-"""Conformance: spans, sequence ids and heartbeats (spec 3.11, 4.5, 17.6, quirks 16.2.2-16.2.4)."""
+"""Conformance: spans, sequence ids and heartbeats."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.store.conftest import FakeClock
 from tests.store.helpers import make_otel_span, make_span
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Sequence ids (3.11.1, 3.11.2, 3.11.5)
+# Sequence ids
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -80,7 +80,7 @@ async def test_add_span_keeps_sequence_id_verbatim_and_raises_counter(store: Any
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# add_span / add_otel_span / add_many_spans (3.11.3-3.11.5)
+# add_span / add_otel_span / add_many_spans
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -195,7 +195,7 @@ async def test_add_many_spans_across_rollouts_with_in_batch_duplicate(store: Any
 
 
 async def test_add_many_spans_returns_exactly_new_spans(store: Any) -> None:
-    """Quirk 16.2.4 fixed: a span that already existed is not reported, every newly stored one is."""
+    """Reference quirk fixed: a span that already existed is not reported, every newly stored one is."""
     rollout = await store.start_rollout(input="x")
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     await store.add_span(make_span(rid, aid, 1, span_id="old"))
@@ -394,7 +394,7 @@ async def test_span_insert_errors(store: Any, traits: BackendTraits) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Heartbeats (4.5)
+# Heartbeats
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -421,7 +421,7 @@ async def test_first_span_marks_attempt_and_rollout_running(
 
 
 async def test_span_of_an_older_attempt_does_not_promote_the_rollout(store: Any) -> None:
-    """Only the latest attempt's spans move a ``preparing`` rollout to ``running`` (4.5): a late span of the attempt
+    """Only the latest attempt's spans move a ``preparing`` rollout to ``running``: a late span of the attempt
     that failed before the retry revives nothing on the rollout, whose new attempt has not reported yet."""
     rollout = await store.enqueue_rollout(input="x", config=RolloutConfig(max_attempts=2, retry_condition=["failed"]))
     first = await store.dequeue_rollout()
@@ -484,7 +484,7 @@ async def test_span_does_not_change_finished_attempt(store: Any, final_status: s
 
 
 async def test_span_on_queuing_rollout_keeps_rollout_queuing(store: Any) -> None:
-    """Quirk 16.2.2 (kept): only preparing/requeuing rollouts are promoted by a heartbeat."""
+    """Reference quirk kept: only preparing/requeuing rollouts are promoted by a heartbeat."""
     rollout = await store.start_rollout(input="x")
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     await store.update_rollout(rid, status="queuing")
@@ -542,7 +542,7 @@ async def test_heartbeat_preserves_concurrent_metadata_update(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# query_spans (3.11.6)
+# query_spans
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -667,7 +667,7 @@ async def test_query_spans_or_never_leaks_other_rollouts(store: Any) -> None:
 
 
 async def test_query_spans_or_without_filters_returns_whole_scope(store: Any) -> None:
-    """Quirk 16.2.3 fixed: no optional condition means "match everything" for both logics."""
+    """Reference quirk fixed: no optional condition means "match everything" for both logics."""
     rid, aid, other = await _filter_fixture(store)
     ored = await store.query_spans(rid, filter_logic="or")
     assert _span_ids(ored) == ["span-001", "span-002", "span-003", "span-004"]

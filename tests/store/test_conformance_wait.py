@@ -1,4 +1,4 @@
-"""Conformance: ``wait_for_rollouts`` (spec 3.12, 17.9).
+"""Conformance: ``wait_for_rollouts``.
 
 rollouthub requires waiting to be event-driven: a waiter must return within 50 ms of the rollout reaching a terminal
 status. These are the only tests of the suite that measure wall-clock time; bounds are generous but meaningful.

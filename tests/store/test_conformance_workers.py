@@ -1,4 +1,4 @@
-"""Conformance: workers (spec 3.9, 4.7, 17.4, quirk 16.2.6)."""
+"""Conformance: workers."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ async def test_empty_dequeue_marks_worker_idle_but_keeps_current_ids(store: Any)
     assert worker.status == "idle"
     assert isinstance(worker.last_idle_time, float)
     assert isinstance(worker.last_dequeue_time, float)
-    # Quirk 16.2.6 (kept): the empty dequeue does not clear the current ids.
+    # Reference quirk kept: the empty dequeue does not clear the current ids.
     assert worker.current_rollout_id == rollout.rollout_id
     assert worker.current_attempt_id == claimed.attempt.attempt_id
 
@@ -274,7 +274,7 @@ async def test_worker_timestamps_follow_clock(fake_clock: FakeClock, store: Any,
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# query_workers (3.9)
+# query_workers
 # ---------------------------------------------------------------------------------------------------------------------
 
 

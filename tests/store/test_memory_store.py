@@ -1,4 +1,4 @@
-"""In-memory store specifics (spec 7.3, 7.4, 17.7 and the in-memory notes of 17.2/17.5)."""
+"""In-memory store specifics: latest-resources cache, memory thresholds, eviction, size estimates."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ async def test_wait_for_single_rollout(inmemory_store: InMemoryLightningStore) -
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Latest-resources cache (7.3)
+# Latest-resources cache
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -158,7 +158,7 @@ async def test_latest_resources_cache_none_means_no_latest(inmemory_store: InMem
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Thresholds (7.4)
+# Thresholds
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -230,7 +230,7 @@ def test_capacity_detected_at_construction(capacity: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Eviction (7.4)
+# Eviction
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -317,7 +317,7 @@ async def test_duplicate_spans_are_not_accounted(capacity: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# estimate_model_size (7.4)
+# estimate_model_size
 # ---------------------------------------------------------------------------------------------------------------------
 
 

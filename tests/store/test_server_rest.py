@@ -1,4 +1,4 @@
-"""Route-level tests of every REST endpoint of ``LightningStoreServer`` with raw HTTP (store.md 11.6, 17.10, 17.11).
+"""Route-level tests of every REST endpoint of ``LightningStoreServer`` with raw HTTP.
 
 Each test starts a fresh server (in-memory store, asyncio launch mode) on a free loopback port and talks to it with
 ``aiohttp`` -- no ``LightningStoreClient`` involved except where the client/server interplay itself is under test.

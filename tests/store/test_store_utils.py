@@ -1,4 +1,4 @@
-"""Spec 17.1 (and 2.1, 2.3, 2.12, 4.3, 4.6.4): pure types and utilities of the store package."""
+"""Pure types and utilities of the store package."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rollouthub.store.utils import LATENCY_BUCKETS, rollout_status_from_attempt,
 from rollouthub.types import Attempt, AttemptedRollout, PaginatedResult, Rollout, RolloutConfig
 
 # ---------------------------------------------------------------------------------------------------------------------
-# PaginatedResult (2.12)
+# PaginatedResult
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -50,7 +50,7 @@ def test_paginated_result_wire_form() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# UNSET and status predicates (2.1, 2.3)
+# UNSET and status predicates
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -88,7 +88,7 @@ def test_latency_buckets_are_increasing_seconds() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# rollout_status_from_attempt (4.3)
+# rollout_status_from_attempt
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -155,7 +155,7 @@ def test_rollout_config_defaults_and_validation() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# scan_unhealthy_rollouts (4.6 step 4)
+# scan_unhealthy_rollouts
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -247,7 +247,7 @@ def test_attempted_rollout_rejects_inconsistent_rollout_id() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The abstract LightningStore (section 3 preamble, 2.13)
+# The abstract LightningStore
 # ---------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""``LightningStoreThreaded`` (spec 10, 17.12, quirk 16.2.7 fixed: ``query_workers`` forwards ``filter_logic``)."""
+"""``LightningStoreThreaded`` (a reference quirk fixed: ``query_workers`` forwards ``filter_logic``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The mock OpenAI-compatible server (runtime spec 18.2), exercised through the real OpenAI SDK and raw HTTP."""
+"""The mock OpenAI-compatible server, exercised through the real OpenAI SDK and raw HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Active-tracer registry and ``Tracer`` base-class contract (runtime spec 6.1, 6.2)."""
+"""Active-tracer registry and ``Tracer`` base-class contract."""
 
 from __future__ import annotations
 

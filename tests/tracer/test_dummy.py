@@ -1,4 +1,4 @@
-"""``DummyTracer`` defaults (runtime spec 6.8)."""
+"""``DummyTracer`` defaults."""
 
 from __future__ import annotations
 

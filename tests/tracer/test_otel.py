@@ -1,4 +1,4 @@
-"""``LightningSpanProcessor``, ``StoreOTLPSpanProcessor`` and ``OtelTracer`` (runtime spec 6.3, 6.4)."""
+"""``LightningSpanProcessor``, ``StoreOTLPSpanProcessor`` and ``OtelTracer``."""
 
 from __future__ import annotations
 

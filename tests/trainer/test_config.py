@@ -1,4 +1,4 @@
-"""``lightning_cli`` (runtime.md 15.4)."""
+"""``lightning_cli``."""
 
 from __future__ import annotations
 

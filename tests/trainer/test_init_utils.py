@@ -1,4 +1,4 @@
-"""Component building (runtime.md 11.2)."""
+"""Component building."""
 
 from __future__ import annotations
 

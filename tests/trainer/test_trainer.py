@@ -1,4 +1,4 @@
-"""Trainer construction (runtime.md 11.1) and ``dev`` / ``fit`` wiring (11.3)."""
+"""Trainer construction and ``dev`` / ``fit`` wiring."""
 
 from __future__ import annotations
 

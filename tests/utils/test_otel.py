@@ -1,4 +1,4 @@
-"""Attribute utilities (runtime.md 4)."""
+"""Attribute utilities."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``PythonServerLauncher``: asyncio / thread / mp modes, readiness, port conflicts, pickling (store.md 13.1)."""
+"""``PythonServerLauncher``: asyncio / thread / mp modes, readiness, port conflicts, pickling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-// Formatting helpers (dashboard.md section 5). All times are epoch seconds, local time zone.
+// Formatting helpers. All times are epoch seconds, local time zone.
 
 const pad = (n: number, width = 2): string => String(n).padStart(width, '0');
 

@@ -1,4 +1,4 @@
-// Response normalisation (dashboard.md 4.2).
+// Response normalisation.
 import type { Attempt, Paginated, ResourcesUpdate, Rollout, Span, Worker } from './types';
 
 export function snakeToCamel(key: string): string {

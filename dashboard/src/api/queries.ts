@@ -1,6 +1,6 @@
-// Query arguments, sort-key mappings and fetchers (dashboard.md 4.1, 6-9).
+// Query arguments, sort-key mappings and fetchers.
 //
-// Reference mismatches fixed here (dashboard.md 4.1, "coordination points"):
+// Reference mismatches between the dashboard's requests and the server's API, fixed here:
 // * `mode_in`: always sent; when the server does not declare it in its OpenAPI document the rollouts are
 //   filtered by mode in the browser (all matches are fetched, then filtered and paginated locally).
 // * derived sort keys (`attempt_id`, `duration`, `last_heartbeat_time`, `worker_id` for rollouts; `status_code`,

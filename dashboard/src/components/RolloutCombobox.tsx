@@ -1,4 +1,4 @@
-// Searchable rollout selector (dashboard.md 7.1): newest rollouts, server-side search after a 300 ms debounce.
+// Searchable rollout selector: newest rollouts, server-side search after a 300 ms debounce.
 import { useEffect, useRef, useState } from 'react';
 import type { ApiClient } from '../api/client';
 import { fetchRollouts } from '../api/queries';

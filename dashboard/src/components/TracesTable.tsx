@@ -1,5 +1,5 @@
 import { AlertIcon, InfoIcon, JsonIcon } from './icons';
-// Traces table (dashboard.md 7.3), used by the Traces page and the rollout-traces drawer.
+// Traces table, used by the Traces page and the rollout-traces drawer.
 import { formatDateTimeMs, formatDuration } from '../api/format';
 import { spanDuration } from '../api/queries';
 import type { Attempt, Rollout, SortState, Span } from '../api/types';

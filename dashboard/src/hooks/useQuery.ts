@@ -84,7 +84,7 @@ export function useQuery<T>(
   };
 }
 
-/** Show the page's error alert while any query is in error; hide it on success and unmount (dashboard.md 3.3). */
+/** Show the page's error alert while any query is in error; hide it on success and unmount. */
 export function useFetchAlert(
   id: string,
   errors: unknown[],

@@ -1,4 +1,4 @@
-// Resources page (dashboard.md 8).
+// Resources page.
 import { useState } from 'react';
 import { fetchResources, selectResourcesArgs } from '../api/queries';
 import { formatDateTime, jsonPreview } from '../api/format';

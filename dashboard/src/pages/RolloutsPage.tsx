@@ -1,5 +1,5 @@
 import { ChatIcon, JsonIcon, TracesIcon } from '../components/icons';
-// Rollouts page (dashboard.md 6) with the summary panel.
+// Rollouts page with the summary panel.
 import { useCallback, useEffect, useState } from 'react';
 import { fetchAttempts, fetchRollouts, rolloutDuration, selectRolloutsArgs } from '../api/queries';
 import { formatDateTime, formatDuration, formatRelativeTime, formatStatusLabel, jsonPreview } from '../api/format';

@@ -1,4 +1,4 @@
-// Traces page (dashboard.md 7) with the waterfall view.
+// Traces page with the waterfall view.
 import { useCallback, useEffect, useRef, useState } from 'react';
 import { fetchAttempts, fetchRollouts, fetchSpans, selectSpansArgs } from '../api/queries';
 import { formatStatusLabel } from '../api/format';

@@ -1,4 +1,4 @@
-// Global configuration (dashboard.md 2) plus the API token (stored in localStorage, sent as a bearer token).
+// Global configuration plus the API token (stored in localStorage, sent as a bearer token).
 import { createContext, useContext, useEffect, useMemo, useState, type ReactNode } from 'react';
 import { ApiClient } from '../api/client';
 

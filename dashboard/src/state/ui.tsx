@@ -1,4 +1,4 @@
-// Global alert banner (dashboard.md 3.3) and drawer (3.4).
+// Global alert banner and drawer.
 import { createContext, useCallback, useContext, useMemo, useState, type ReactNode } from 'react';
 import type { Attempt, Rollout, Span, Worker } from '../api/types';
 

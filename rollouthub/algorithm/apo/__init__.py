@@ -1,4 +1,4 @@
-"""Automatic Prompt Optimization (runtime.md 10.5)."""
+"""Automatic Prompt Optimization."""
 
 from .apo import APO, RolloutResultForAPO, VersionedPromptTemplate
 

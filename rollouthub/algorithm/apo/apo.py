@@ -1,4 +1,4 @@
-"""APO: Automatic Prompt Optimization by textual-gradient beam search (runtime.md 10.5).
+"""APO: Automatic Prompt Optimization by textual-gradient beam search.
 
 The optimiser talks to any OpenAI-compatible *async* client (``await client.chat.completions.create(model=,
 messages=, temperature=)``). Its critique and edit prompts are plain Python renderers

@@ -1,4 +1,4 @@
-"""APO's optimiser prompts (runtime.md 10.5), rendered to OpenAI chat messages without POML or Jinja.
+"""APO's optimiser prompts, rendered to OpenAI chat messages without POML or Jinja.
 
 Each template is a function of plain data returning ``[{"role": ..., "content": ...}, ...]``. Experiments are the
 rollout results produced by :meth:`APO.evaluate_prompt_on_batch`: dicts with ``status``, ``final_reward``,

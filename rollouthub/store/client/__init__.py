@@ -1,7 +1,7 @@
-"""``LightningStoreClient``: the store over HTTP (store.md 12).
+"""``LightningStoreClient``: the store over HTTP.
 
 * :mod:`.transport` -- sessions per event loop, the retry schedule with health probing, HTTP errors;
-* :mod:`.api` -- the ``LightningStore`` methods, each one REST call of store.md 11.6.
+* :mod:`.api` -- the ``LightningStore`` methods, each one REST call of the server.
 """
 
 from . import api

@@ -1,8 +1,8 @@
-"""``LightningStoreClient``: the :class:`~rollouthub.store.base.LightningStore` contract over HTTP (store.md 12).
+"""``LightningStoreClient``: the :class:`~rollouthub.store.base.LightningStore` contract over HTTP.
 
 The client talks to a ``LightningStoreServer`` (or a reference Agent Lightning v0.3 server) through the REST routes
-of store.md 11.6; sessions, retries and error mapping are its transport (:mod:`rollouthub.store.client.transport`).
-Dequeue calls are never retried (12.4); ``dequeue_rollout_or_wait`` long-polls (requests of at most
+of ``/v1/agl``; sessions, retries and error mapping are its transport (:mod:`rollouthub.store.client.transport`).
+Dequeue calls are never retried; ``dequeue_rollout_or_wait`` long-polls (requests of at most
 :data:`DEQUEUE_WAIT_SLICE_SECONDS` that the server holds until a rollout is queued); against a server that answers at
 once it sleeps instead, like the reference runner.
 """
@@ -78,7 +78,7 @@ __all__ = [
 T = TypeVar("T")
 
 WAIT_TIMEOUT_CAP = 0.1
-"""Largest ``wait_for_rollouts(timeout=...)`` the client accepts (store.md 12.6)."""
+"""Largest ``wait_for_rollouts(timeout=...)`` the client accepts."""
 
 _WAIT_TIMEOUT_MESSAGE = "Timeout must be less than 0.1 seconds in LightningStoreClient to avoid blocking the event loop"
 
@@ -111,7 +111,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _wire_limit(limit: int) -> int:
-    """The ``limit`` to send: the HTTP API rejects ``0`` (quirk 16.2.15), so ask for one item and drop it."""
+    """The ``limit`` to send: the HTTP API rejects ``0`` (a reference quirk), so ask for one item and drop it."""
     return 1 if limit == 0 else limit
 
 
@@ -177,7 +177,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
     async def _dequeue_batch(
         self, limit: int, worker_id: Optional[str], wait: Optional[float] = None
     ) -> Optional[List[AttemptedRollout]]:
-        """Shared dequeue helper (store.md 12.4): one request, no retries; ``None`` when the request failed (callers
+        """Shared dequeue helper: one request, no retries; ``None`` when the request failed (callers
         treat it as "nothing available"). ``wait``: ask the server to hold the request up to that many seconds for
         a rollout (rollouthub extension)."""
         if limit <= 0:
@@ -302,7 +302,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
         failed request makes the client sleep out the rest of ``timeout`` instead (cut short by ``abandoned``), like
         the reference runner's poll -- except while the server is down (not started yet, restarting): then the
         client probes its health on the ``health_retry_delays`` schedule and claims as soon as it answers. Failures
-        are never raised (as for every dequeue, store.md 12.4).
+        are never raised (as for every dequeue: a failure reads as "nothing available").
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
@@ -654,7 +654,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[Worker]:
-        """Query workers (``POST /workers/search``; ``limit``/``offset`` are forwarded, fixing quirk 16.2.7)."""
+        """Query workers (``POST /workers/search``; ``limit``/``offset`` are forwarded, which the reference client did not do)."""
         body: Dict[str, Any] = {"filter_logic": filter_logic, "limit": _wire_limit(limit), "offset": offset}
         if status_in is not None:
             body["status_in"] = list(status_in)

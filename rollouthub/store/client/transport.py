@@ -2,7 +2,7 @@
 
 * one ``aiohttp.ClientSession`` per running event loop (tracer exporters flush on their own loops/threads, and a
   session bound to another loop can hang), closed with its loop, dropped in forked children;
-* the retry schedule ``(0,) + retry_delays`` with health probing between attempts (store.md 12.3);
+* the retry schedule ``(0,) + retry_delays`` with health probing between attempts;
 * both error shapes are understood: our server answers **400** ``{"detail", "error_type"}`` for invalid input and
   store ``ValueError``\\ s, a reference server answers **500** ``{"detail", "error_type", "traceback"}``. Errors
   surface as :class:`LightningStoreHTTPError` (an ``aiohttp.ClientResponseError`` carrying ``status``, the server's
@@ -437,7 +437,7 @@ class HttpTransport:
         json: Any = None,
         params: Any = None,
     ) -> Any:
-        """Send a request to ``server_address + path`` with the retry algorithm of store.md 12.3.
+        """Send a request to ``server_address + path`` with the retry algorithm of the reference client.
 
         Attempts follow ``(0,) + retry_delays``. 4xx responses (except 408) are raised at once; 408/5xx responses and
         network errors are retried after a successful health probe (an unhealthy server stops the retries). The

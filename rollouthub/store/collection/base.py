@@ -1,4 +1,4 @@
-"""The collections layer: storage primitives the business logic is written against (store.md section 5).
+"""The collections layer: storage primitives the business logic is written against.
 
 A backend implements :class:`Collection`, :class:`Queue`, :class:`KeyValue` and :class:`LightningCollections`
 (including ``atomic()``); everything else lives once in :mod:`rollouthub.store.collection_based`.
@@ -186,7 +186,7 @@ def _validate_ops(filters: FilterMap) -> None:
 
 
 def normalize_filter_options(filter: Optional[FilterOptions]) -> NormalizedFilter:
-    """Validate and split a :data:`FilterOptions` mapping (store.md 5.3)."""
+    """Validate and split a :data:`FilterOptions` mapping."""
     if not filter:
         return NormalizedFilter()
     aggregate = filter.get("_aggregate", "and")

@@ -1,4 +1,4 @@
-"""In-memory primitives (store.md 7.1, 7.2): nested-dict collections, a deque queue and a dict key-value; the locks
+"""In-memory primitives: nested-dict collections, a deque queue and a dict key-value; the locks
 are in :mod:`.memory_locks`."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _item_matches_filters(
     filter_logic: Literal["and", "or"] = "and",
     must_filters: Optional[FilterMap] = None,
 ) -> bool:
-    """Evaluate store.md 5.3 on one item: ``must_filters`` all hold, then the pooled regular conditions."""
+    """Evaluate a filter on one item: ``must_filters`` all hold, then the pooled regular conditions."""
     if must_filters and not _all_conditions_hold(item, must_filters):
         return False
     if not filters:
@@ -148,7 +148,7 @@ def _item_matches_filters(
 
 
 def _zero_for_annotation(annotation: Any) -> Any:
-    """A type-appropriate zero used in place of ``None`` when sorting (store.md 5.4)."""
+    """A type-appropriate zero used in place of ``None`` when sorting."""
     origin = get_origin(annotation)
     if origin is Union or origin is types.UnionType:  # Optional[int] and int | None alike
         for arg in get_args(annotation):

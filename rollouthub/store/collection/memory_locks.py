@@ -1,4 +1,4 @@
-"""Locks of the in-memory collections (store.md 7.2): per-loop and thread-safe async locks, and the scopes of
+"""Locks of the in-memory collections: per-loop and thread-safe async locks, and the scopes of
 ``InMemoryLightningCollections.atomic()`` (no lock for plain reads; the unit's locks in sorted order otherwise)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compilation of ``FilterOptions`` (store.md 5.3) to SQL ``WHERE`` clauses with bound parameters.
+"""Compilation of ``FilterOptions`` to SQL ``WHERE`` clauses with bound parameters.
 
 Every condition binds its operands as parameters named ``p0, p1, ...`` in a fixed traversal order, and records a
 *shape* tag describing which SQL it produces. Two filters with the same shape compile to the same SQL text, so

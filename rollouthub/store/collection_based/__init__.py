@@ -1,7 +1,7 @@
 """``CollectionBasedLightningStore``: all store business logic, written once over the collections layer.
 
 Backends (memory, SQL, MongoDB) only provide primitives and ``atomic()`` (see :mod:`..collection.base`); every rule
-of store.md sections 3-4 lives here, with the status transitions themselves as pure functions in
+of the store contract and its status machines lives here, with the status transitions themselves as pure functions in
 :mod:`rollouthub.store.utils`. The logic is split by concern, one mixin per module over the shared base
 :class:`~.core.StoreCore` (collections, units, statistics, the ``tracked`` metrics decorator):
 

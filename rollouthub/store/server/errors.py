@@ -68,7 +68,7 @@ _RE_WORKERS = re.compile(r"/workers/[^/]+$")
 
 
 def template_http_path(path: str) -> str:
-    """Replace ids in a request path by placeholders so that metric label cardinality stays bounded (store.md 14.2).
+    """Replace ids in a request path by placeholders so that metric label cardinality stays bounded.
 
     Requests of a declared route are labelled with its path template; this covers the others."""
     if "/rollouts/" in path:

@@ -1,4 +1,4 @@
-"""OTLP/HTTP ingestion routes of the store server: ``POST /v1/traces`` (store.md 11.7) and the unsupported signals.
+"""OTLP/HTTP ingestion routes of the store server: ``POST /v1/traces`` and the unsupported signals.
 
 The decoding, input-domain checks, bounded decompression and the response shapes are in
 :func:`rollouthub.utils.otlp.export_otlp`; this module declares the routes and reads the request for it.

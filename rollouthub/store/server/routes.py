@@ -1,4 +1,4 @@
-"""The REST routes of the store server under ``/v1/agl`` (store.md 11.5-11.6), each declared once.
+"""The REST routes of the store server under ``/v1/agl``, each declared once.
 
 Each handler gets a :class:`~rollouthub.store.server.pipeline.Call` (validated body/query, path parameters) and calls
 the server's delegating methods (``server.<method>``, i.e. ``server.store.<method>`` at request time). Responses are
@@ -69,8 +69,9 @@ def validate_pagination(
     offset: int,
     filter_logic: Optional[str] = None,
 ) -> None:
-    """Apply store.md 11.5 in order, raising ``HTTPException(400)`` on the first violation (plus the page-size and
-    offset bounds of :mod:`rollouthub.store.domains`)."""
+    """Validate paging in the reference's order (sort field, sort order, limit, offset, filter logic), raising
+    ``HTTPException(400)`` on the first violation (plus the page-size and offset bounds of
+    :mod:`rollouthub.store.domains`)."""
     if sort_by is not None and sort_by not in model_field_names(model):
         allowed = ", ".join(model.model_fields)
         raise HTTPException(400, f"Invalid sort_by: {sort_by}, allowed fields are: {allowed}")
@@ -134,7 +135,7 @@ async def health(call: Call) -> bytes:
 
 
 async def enqueue_rollouts(call: Call) -> bytes:
-    """Enqueue one or more rollouts (store.md 11.6); 201 with the rollouts in input order."""
+    """Enqueue one or more rollouts; 201 with the rollouts in input order."""
     server, items = call.server, call.body.rollouts
     if not items:
         return b"[]"
@@ -500,7 +501,7 @@ _ROLLOUT_OR_ATTEMPTED = Union[AttemptedRollout, Rollout]
 
 
 def api_routes(prefix: str = wire.API_V1_AGL_PREFIX) -> List[Route]:
-    """The REST routes of store.md 11.6 under ``prefix``, in matching order."""
+    """The REST routes of the store under ``prefix``, in matching order."""
     p = prefix
     get, post = ["GET"], ["POST"]
     return [

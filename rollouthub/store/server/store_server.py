@@ -1,4 +1,4 @@
-"""``LightningStoreServer`` (store.md 11.1-11.3): a store on the network that is itself a ``LightningStore``.
+"""``LightningStoreServer``: a store on the network that is itself a ``LightningStore``.
 
 In the owning process (and, for zero-copy stores, in forked workers) every store method goes straight to the wrapped
 store -- serialized with a lock for stores that are not thread-safe; in any other process (a forked child or an
@@ -52,7 +52,7 @@ _LOCKED = 0  # other stores: calls serialized with the server's lock in the owni
 
 
 def _normalize_cors_origins(origins: Union[Sequence[str], str, None]) -> Optional[List[str]]:
-    """Apply store.md 11.8: ``None``/empty → disabled; ``"*"`` anywhere → ``["*"]``."""
+    """Normalize CORS origins: ``None``/empty → disabled; ``"*"`` anywhere → ``["*"]``."""
     if origins is None:
         return None
     items = [origins] if isinstance(origins, str) else list(origins)
@@ -63,7 +63,7 @@ def _normalize_cors_origins(origins: Union[Sequence[str], str, None]) -> Optiona
 
 
 class LightningStoreServer(LightningStore):
-    """Expose a store over HTTP and delegate every store method to it (store.md 11.1-11.3).
+    """Expose a store over HTTP and delegate every store method to it.
 
     Besides the reference's arguments, ``api_token`` enables bearer-token authentication (every route except
     ``GET /v1/agl/health``), ``max_body_bytes`` limits request bodies (413 above it), ``dashboard_dir`` overrides the
@@ -133,7 +133,7 @@ class LightningStoreServer(LightningStore):
         self.app: Any = build_app(self)
         self.server_launcher = PythonServerLauncher(self.app, self.launcher_args)
 
-    # -- pickling (11.2) -----------------------------------------------------------------------------------------------
+    # -- pickling ------------------------------------------------------------------------------------------------------
     def __getstate__(self) -> Dict[str, Any]:
         launcher = copy.copy(self.server_launcher)
         launcher.app = None
@@ -234,7 +234,7 @@ class LightningStoreServer(LightningStore):
                 except Exception:  # noqa: BLE001
                     logger.debug("Failed to close the server's internal client", exc_info=True)
 
-    # -- delegation (11.2) ---------------------------------------------------------------------------------------------
+    # -- delegation ----------------------------------------------------------------------------------------------------
     def _store_caps(self, store: LightningStore) -> LightningStoreCapabilities:
         cached = self._caps_cache
         if cached is not None and cached[0] == id(store):
