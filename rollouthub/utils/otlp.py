@@ -333,7 +333,8 @@ def decode_spans(request: Any, rejected: Optional[List[str]] = None) -> Tuple[Li
     attribute (not an integer, negative, or above ``MAX_SEQUENCE_ID``) carries the placeholder ``sequence_id=0`` and
     the flag ``True``: the caller allocates its id (see :func:`spans_from_proto`, or
     ``LightningStore.add_many_spans_assigning_ids`` which allocates in the insert unit). A span holding a value outside
-    the store's input domains (e.g. a NUL character in its name or an attribute) raises :class:`OTLPPayloadError` --
+    the store's input domains (e.g. a NUL character in its name or an attribute), or an id of the wrong length (a trace
+    id that is not 16 bytes, a span id that is not 8; empty ids stand for zeros), raises :class:`OTLPPayloadError` --
     or, when a ``rejected`` list is given, is left out and the reason appended to that list (once per span; a bad
     resource rejects all of its spans).
     """
@@ -359,6 +360,12 @@ def decode_spans(request: Any, rejected: Optional[List[str]] = None) -> Tuple[Li
                 attempt_id = attrs.get(AGL_ATTEMPT_ID, resource_attempt)
                 if rollout_id is None or attempt_id is None:
                     logger.warning("Skipping OTLP span %r without rollout or attempt id", span.name)
+                    continue
+                problem = _id_problem(span)
+                if problem is not None:
+                    if rejected is None:
+                        raise OTLPPayloadError(problem)
+                    rejected.append(problem)
                     continue
                 sequence_id = _parse_sequence_id(attrs.get(AGL_SPAN_SEQUENCE_ID, resource_seq))
                 trace_id = _hex_id(span.trace_id, 32)
@@ -426,6 +433,39 @@ def decode_spans(request: Any, rejected: Optional[List[str]] = None) -> Tuple[Li
 
 
 _SPAN_VALIDATOR = Span.__pydantic_validator__.validate_python
+
+TRACE_ID_BYTES = 16
+"""Length of an OTLP trace id (an empty one stands for all zeros)."""
+
+SPAN_ID_BYTES = 8
+"""Length of an OTLP span id (an empty one stands for all zeros; an empty parent span id for no parent)."""
+
+
+def _id_problem(span: Any) -> Optional[str]:
+    """Why an OTLP span's ids cannot be stored -- its trace id, span id or parent span id, or an id of one of its
+    links, is neither empty nor of the OTLP length (16 bytes for trace ids, 8 for span ids) -- or ``None``."""
+    problem = _id_length_problem(span.trace_id, span.span_id, "")
+    parent = len(span.parent_span_id)
+    if problem is None and parent and parent != SPAN_ID_BYTES:
+        problem = f"parent_span_id has {parent} bytes, expected {SPAN_ID_BYTES}"
+    if problem is None:
+        for index, link in enumerate(span.links):
+            problem = _id_length_problem(link.trace_id, link.span_id, f"links[{index}].")
+            if problem is not None:
+                break
+    if problem is None:
+        return None
+    return f"Invalid OTLP span {span.name!r} (span_id {span.span_id.hex() or 'empty'}): {problem}"
+
+
+def _id_length_problem(trace_id: bytes, span_id: bytes, prefix: str) -> Optional[str]:
+    if trace_id and len(trace_id) != TRACE_ID_BYTES:
+        return f"{prefix}trace_id has {len(trace_id)} bytes, expected {TRACE_ID_BYTES}"
+    if span_id and len(span_id) != SPAN_ID_BYTES:
+        return f"{prefix}span_id has {len(span_id)} bytes, expected {SPAN_ID_BYTES}"
+    return None
+
+
 _NUL = "\x00"
 
 
@@ -553,7 +593,7 @@ async def export_otlp(
     ``content_type``/``content_encoding``/``accept_encoding`` are the raw request header values (``None`` when
     absent); ``read_body`` is awaited only once the content type is known to be supported. Returns 200 with an empty
     ``ExportTraceServiceResponse`` -- or with ``partial_success`` (rejected count and the first reason) when some spans
-    lie outside the store's input domains and the others were stored; 400 with a ``google.rpc.Status`` for an
+    lie outside the store's input domains or carry ids of the wrong length, and the others were stored; 400 with a ``google.rpc.Status`` for an
     unsupported content type, an undecodable body, spans the store rejects, or when no span is acceptable; 413 when the body inflates beyond ``max_body_bytes`` (``<= 0``: no limit); 415
     for an unsupported ``Content-Encoding``; 503 when the database is unavailable (the OTLP exporter retries).
     Exceptions of ``read_body`` and other store errors propagate.
