@@ -653,7 +653,7 @@ async def test_wait_for_rollouts(api: Api) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# OTLP routes (detailed decoding tests live in tests/utils/test_otlp.py)
+# OTLP routes (detailed decoding tests live in tests/store/test_server_otlp.py)
 # ---------------------------------------------------------------------------------------------------------------------
 
 

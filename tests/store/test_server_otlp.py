@@ -1,4 +1,5 @@
-"""OTLP/HTTP ingestion: protobuf, gzip, JSON, google.rpc.Status errors, span conversion, exporter."""
+"""OTLP/HTTP ingestion of the store server (protobuf, gzip, JSON, google.rpc.Status errors, span conversion) and the
+client-side exporter."""
 
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.store.memory import InMemoryLightningStore
-from rollouthub.utils.otlp import (
+from rollouthub.store.server.otlp import export_otlp
+from rollouthub.store.server.otlp_decode import (
     JSON_CT,
     PROTOBUF_CT,
-    LightningStoreOTLPExporter,
     OTLPPayloadError,
-    export_otlp,
+    decode_spans,
     parse_otlp_traces,
     spans_from_proto,
 )
+from rollouthub.utils.otlp import LightningStoreOTLPExporter
 from rollouthub.utils.server_launcher import pick_free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -119,7 +121,7 @@ async def test_spans_from_proto_conversion() -> None:
 
 
 def test_attribute_conversion_matches_the_generic_path() -> None:
-    from rollouthub.utils import otlp
+    from rollouthub.store.server import otlp_decode as otlp
 
     request = _request("ro-1", "at-1", n=2)
     extra = request.resource_spans[0].scope_spans[0].spans[0].attributes.add()
@@ -344,8 +346,6 @@ async def test_exporter_against_live_server(server: LightningStoreServer) -> Non
 
 
 def test_ids_of_the_wrong_length_reject_their_span_and_empty_ids_stand_for_zeros() -> None:
-    from rollouthub.utils.otlp import decode_spans
-
     request = _request("ro-1", "at-1", n=4)
     spans = request.resource_spans[0].scope_spans[0].spans
     spans[0].trace_id = b""  # empty: all zeros (as the reference)
