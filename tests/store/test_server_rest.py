@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import pickle
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -893,15 +894,28 @@ async def test_add_otel_span_uses_module_level_span(
 async def test_lock_is_not_leaked_when_a_waiting_call_is_cancelled() -> None:
     store = InMemoryLightningStore(thread_safe=False)
     server = LightningStoreServer(store, host="127.0.0.1", port=pick_free_port(), launch_mode="asyncio")
-    assert server._lock.acquire()  # another thread is using the store
-    task = asyncio.create_task(server.statistics())
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    server._lock.release()
-    deadline = asyncio.get_running_loop().time() + 5
-    while server._lock.locked():  # the waiting thread acquires it and must hand it back
-        assert asyncio.get_running_loop().time() < deadline, "lock leaked"
-        await asyncio.sleep(0.01)
+    held, release = threading.Event(), threading.Event()
+
+    def other_thread_uses_the_store() -> None:
+        async def hold() -> None:
+            async with server._store_lock:
+                held.set()
+                await asyncio.to_thread(release.wait, 30)
+
+        asyncio.run(hold())
+
+    holder = threading.Thread(target=other_thread_uses_the_store)
+    holder.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 10)
+        task = asyncio.create_task(server.statistics())
+        await asyncio.sleep(0.05)
+        assert not task.done()  # waiting for the lock
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        release.set()
+        await asyncio.to_thread(holder.join, 10)
+    assert not server._store_lock.locked()
     assert (await server.statistics())["name"] == "InMemoryLightningStore"
