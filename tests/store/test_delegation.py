@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
-import threading
 from typing import Any, List
 
 import pytest
@@ -16,6 +15,7 @@ from rollouthub.store.delegation import UNLOCKED_METHODS, CrossThreadLock, Deleg
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.store.server.store_server import LightningStoreServer
 from rollouthub.store.threading import LightningStoreThreaded
+from tests.store.helpers import held_by_another_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,20 +81,7 @@ async def test_a_waiting_call_suspends_and_its_event_loop_keeps_running() -> Non
     """Another thread holds the lock: a call waiting for it here lets this loop's other coroutines run, and goes on
     once the holder lets go."""
     lock = CrossThreadLock()
-    held, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        async def hold() -> None:
-            async with lock:
-                held.set()
-                await asyncio.to_thread(release.wait, 30)
-
-        asyncio.run(hold())
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    try:
-        assert await asyncio.to_thread(held.wait, 10)
+    async with held_by_another_thread(lock):
         entered = asyncio.Event()
 
         async def waiter() -> None:
@@ -107,13 +94,9 @@ async def test_a_waiting_call_suspends_and_its_event_loop_keeps_running() -> Non
             await asyncio.sleep(0)
             ticks += 1
         assert not entered.is_set() and lock.locked()
-        release.set()
-        await asyncio.wait_for(entered.wait(), 10)
-        await task
-        assert not lock.locked()
-    finally:
-        release.set()
-        await asyncio.to_thread(thread.join, 10)
+    await asyncio.wait_for(entered.wait(), 10)
+    await task
+    assert not lock.locked()
 
 
 async def test_a_cancelled_waiter_does_not_keep_the_lock() -> None:

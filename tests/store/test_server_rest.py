@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import pickle
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.store.server.errors import template_http_path
 from rollouthub.utils.metrics import ConsoleMetricsBackend
 from rollouthub.utils.server_launcher import PythonServerLauncherArgs, pick_free_port
+from tests.store.helpers import held_by_another_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -894,28 +894,12 @@ async def test_add_otel_span_uses_module_level_span(
 async def test_lock_is_not_leaked_when_a_waiting_call_is_cancelled() -> None:
     store = InMemoryLightningStore(thread_safe=False)
     server = LightningStoreServer(store, host="127.0.0.1", port=pick_free_port(), launch_mode="asyncio")
-    held, release = threading.Event(), threading.Event()
-
-    def other_thread_uses_the_store() -> None:
-        async def hold() -> None:
-            async with server._store_lock:
-                held.set()
-                await asyncio.to_thread(release.wait, 30)
-
-        asyncio.run(hold())
-
-    holder = threading.Thread(target=other_thread_uses_the_store)
-    holder.start()
-    try:
-        assert await asyncio.to_thread(held.wait, 10)
+    async with held_by_another_thread(server._store_lock):  # another thread is using the store
         task = asyncio.create_task(server.statistics())
         await asyncio.sleep(0.05)
         assert not task.done()  # waiting for the lock
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    finally:
-        release.set()
-        await asyncio.to_thread(holder.join, 10)
     assert not server._store_lock.locked()
     assert (await server.statistics())["name"] == "InMemoryLightningStore"
