@@ -142,7 +142,25 @@ async def test_otlp_json_spans_with_wrong_id_lengths_are_reported_and_the_others
             answer = await r.json()
         assert answer["partialSuccess"]["rejectedSpans"] == "2"
         message = answer["partialSuccess"]["errorMessage"]
-        assert "'short-trace-json' (span_id 0707070707070707): trace_id has 3 bytes, expected 16" in message
-        assert "(and 1 more rejected span(s))" in message
+        assert message.startswith(
+            "Invalid OTLP span 'short-trace-json' (span_id 0707070707070707): trace_id has 3 bytes"
+        )
+        assert message.endswith(" (and 1 more rejected span(s))")
+
+        # Ids that are no hex at all (an odd number of digits, other characters) reject their span the same way.
+        export = otlp_json(rid, aid, name="good-json-2")
+        spans = export["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        spans[0]["spanId"] = "09" * 8  # not a duplicate of the first export's span
+        spans.append({**spans[0], "name": "odd-json", "traceId": "abc"})
+        spans.append({**spans[0], "name": "not-hex-json", "spanId": "08" * 8, "parentSpanId": "zz" * 8})
+        async with session.post(live.endpoint + "/v1/traces", data=json.dumps(export), headers=JSON) as r:
+            assert r.status == 200
+            answer = await r.json()
+        assert answer["partialSuccess"]["rejectedSpans"] == "2"
+        message = answer["partialSuccess"]["errorMessage"]
+        assert (
+            message == "Invalid OTLP span 'odd-json': traceId is not a hex string: 'abc' (and 1 more rejected span(s))"
+        )
         stored = await _stored_names(live)
-        assert "good-json" in stored and "short-trace-json" not in stored and "link-json" not in stored
+        assert "good-json" in stored and "good-json-2" in stored
+        assert not {"short-trace-json", "link-json", "odd-json", "not-hex-json"} & set(stored)

@@ -96,8 +96,8 @@ def _decode_request(
     body: bytes, content_type: str, convert: bool, rejected: List[str]
 ) -> Tuple[Any, List[Span], List[bool]]:
     """Parse a decoded body; with ``convert``, also turn it into spans and their needs-an-id flags (spans outside the
-    input domains are left out, their reasons appended to ``rejected``)."""
-    parsed = parse_otlp_traces(body, content_type)
+    input domains or with malformed ids are left out, their reasons appended to ``rejected``)."""
+    parsed = parse_otlp_traces(body, content_type, rejected=rejected if convert else None)
     if not convert:
         return parsed, [], []
     spans, missing = decode_spans(parsed, rejected)

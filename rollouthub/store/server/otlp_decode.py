@@ -202,15 +202,69 @@ def _hex_ids_to_base64(value: Any) -> Any:
     return value
 
 
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _undecodable_id(span: Dict[str, Any]) -> Optional[str]:
+    """The first id of an OTLP JSON span, or of one of its links, that is not a hex string (an odd number of digits,
+    or other characters), described; ``None`` when there is none."""
+    links = span.get("links")
+    holders = [("", span)]
+    if isinstance(links, list):
+        holders += [(f"links[{index}].", link) for index, link in enumerate(links) if isinstance(link, dict)]
+    for prefix, holder in holders:
+        for key in _HEX_ID_KEYS:
+            value = holder.get(key)
+            if isinstance(value, str) and not _is_hex(value):
+                return f"{prefix}{key} is not a hex string: {value!r}"
+    return None
+
+
+def _dicts_under(value: Any, *keys: str) -> List[Dict[str, Any]]:
+    """The objects of the list at the first of ``keys`` present in ``value`` (an OTLP JSON object)."""
+    if not isinstance(value, dict):
+        return []
+    items = next((value[key] for key in keys if key in value), None)
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _drop_spans_with_undecodable_ids(data: Dict[str, Any], rejected: List[str]) -> None:
+    """Leave out of an OTLP JSON export (in place) the spans with an id that is not a hex string, appending to
+    ``rejected`` a reason naming each; ids of the wrong length are :func:`decode_spans`' to reject, as for protobuf."""
+    for resource_spans in _dicts_under(data, "resourceSpans", "resource_spans"):
+        for scope_spans in _dicts_under(resource_spans, "scopeSpans", "scope_spans"):
+            spans = scope_spans.get("spans")
+            if not isinstance(spans, list):
+                continue
+            kept = []
+            for span in spans:
+                problem = _undecodable_id(span) if isinstance(span, dict) else None
+                if problem is None:
+                    kept.append(span)
+                else:
+                    rejected.append(f"Invalid OTLP span {span.get('name')!r}: {problem}")
+            scope_spans["spans"] = kept
+
+
 def parse_otlp_traces(
-    body: bytes, content_type: str = PROTOBUF_CT, content_encoding: Optional[str] = None, limit: int = 0
+    body: bytes,
+    content_type: str = PROTOBUF_CT,
+    content_encoding: Optional[str] = None,
+    limit: int = 0,
+    rejected: Optional[List[str]] = None,
 ) -> Any:
     """Decode an OTLP traces request body into an ``ExportTraceServiceRequest``.
 
     ``body`` is inflated first when ``content_encoding`` says so (never beyond ``limit`` bytes, see :func:`inflate`).
     Raises :class:`OTLPPayloadError` (or a subclass) with a descriptive message when the body cannot be decoded, or
     an OTLP JSON body holds a value outside the store's input domains (NUL, lone surrogate, non-finite number, nesting
-    deeper than ``MAX_JSON_DEPTH``).
+    deeper than ``MAX_JSON_DEPTH``). With a ``rejected`` list, an OTLP JSON span whose id is not a hex string is left
+    out and the reason appended to that list instead.
     """
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -235,6 +289,8 @@ def parse_otlp_traces(
         problem = find_problem(data)
         if problem is not None:
             raise OTLPPayloadError(f"Invalid OTLP traces payload: {problem[0]}: {problem[1]}")
+        if rejected is not None:
+            _drop_spans_with_undecodable_ids(data, rejected)
         try:
             json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
