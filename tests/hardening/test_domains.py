@@ -22,8 +22,7 @@ from rollouthub.store.domains import (
     check_text,
     find_problem,
 )
-from rollouthub.types import Span
-from rollouthub.utils.otlp import (
+from rollouthub.store.server.otlp_decode import (
     INFLATE_SLICE_BYTES,
     OTLPPayloadError,
     OTLPPayloadTooLarge,
@@ -31,6 +30,7 @@ from rollouthub.utils.otlp import (
     inflate,
     inflate_async,
 )
+from rollouthub.types import Span
 
 from .live import legit_span
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -100,3 +101,23 @@ def run_in_threads(count: int, target: Callable[[int], T], *, timeout: float = 6
 
 def ids_of(items: Sequence[Any], attribute: str = "rollout_id") -> list[Any]:
     return [getattr(item, attribute) for item in items]
+
+
+@contextlib.asynccontextmanager
+async def held_by_another_thread(lock: Any) -> AsyncIterator[None]:
+    """Hold ``lock`` (an ``async with`` lock) from a thread with its own event loop for the duration of the block."""
+    held, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        async with lock:
+            held.set()
+            await asyncio.to_thread(release.wait, 30)
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold()))
+    thread.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 10), "the other thread never took the lock"
+        yield
+    finally:
+        release.set()
+        await asyncio.to_thread(thread.join, 10)

@@ -422,6 +422,17 @@ async def test_sort_validation(filled: Any) -> None:
         await query_workers(filled, sort={"name": "worker_id", "order": "sideways"})
 
 
+async def test_sort_by_a_field_without_an_order_is_refused_before_reading(filled: Any) -> None:
+    # Objects and lists have no order on any backend (SQL would compare JSON text, memory would raise TypeError).
+    message = (
+        r"^Failed to sort items by 'heartbeat_stats': field has no order on Worker .*sortable fields are: worker_id"
+    )
+    with pytest.raises(ValueError, match=message):
+        await query_workers(filled, sort={"name": "heartbeat_stats", "order": "asc"})
+    with pytest.raises(ValueError, match="Failed to sort items by 'config': field has no order on Rollout"):
+        await run(filled, lambda c: c.rollouts.get(sort={"name": "config", "order": "desc"}), mode="r")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Pagination and get
 # ---------------------------------------------------------------------------------------------------------------------

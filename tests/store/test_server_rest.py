@@ -29,6 +29,7 @@ from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.store.server.errors import template_http_path
 from rollouthub.utils.metrics import ConsoleMetricsBackend
 from rollouthub.utils.server_launcher import PythonServerLauncherArgs, pick_free_port
+from tests.store.helpers import held_by_another_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -653,7 +654,7 @@ async def test_wait_for_rollouts(api: Api) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# OTLP routes (detailed decoding tests live in tests/utils/test_otlp.py)
+# OTLP routes (detailed decoding tests live in tests/store/test_server_otlp.py)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -893,15 +894,12 @@ async def test_add_otel_span_uses_module_level_span(
 async def test_lock_is_not_leaked_when_a_waiting_call_is_cancelled() -> None:
     store = InMemoryLightningStore(thread_safe=False)
     server = LightningStoreServer(store, host="127.0.0.1", port=pick_free_port(), launch_mode="asyncio")
-    assert server._lock.acquire()  # another thread is using the store
-    task = asyncio.create_task(server.statistics())
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    server._lock.release()
-    deadline = asyncio.get_running_loop().time() + 5
-    while server._lock.locked():  # the waiting thread acquires it and must hand it back
-        assert asyncio.get_running_loop().time() < deadline, "lock leaked"
-        await asyncio.sleep(0.01)
+    async with held_by_another_thread(server._store_lock):  # another thread is using the store
+        task = asyncio.create_task(server.statistics())
+        await asyncio.sleep(0.05)
+        assert not task.done()  # waiting for the lock
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert not server._store_lock.locked()
     assert (await server.statistics())["name"] == "InMemoryLightningStore"

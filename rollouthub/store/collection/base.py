@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextvars
 import functools
 import time
+import types
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from numbers import Real
 from typing import (
+    Annotated,
     Any,
     AsyncIterator,
     Awaitable,
@@ -31,7 +33,10 @@ from typing import (
     Tuple,
     Type,
     TypeVar,
+    Union,
     cast,
+    get_args,
+    get_origin,
 )
 
 from pydantic import BaseModel
@@ -60,6 +65,10 @@ __all__ = [
     "normalize_filter_options",
     "merge_must_filters",
     "resolve_sort_options",
+    "resolve_sort",
+    "check_sort_field",
+    "sort_field_problem",
+    "sortable_field_names",
     "resolve_error_type",
     "FilterMap",
     "NormalizedFilter",
@@ -281,10 +290,63 @@ def model_field_names(model: Type[BaseModel]) -> frozenset[str]:
     return frozenset(model.model_fields)
 
 
-def check_sort_field(model: Type[BaseModel], name: str) -> None:
-    """Raise ``ValueError`` when ``name`` is not a field of ``model``."""
+_ORDERED_TYPES = (str, int, float, bool)
+"""The scalar types whose values every backend orders the same way (SQL columns and Python comparisons agree)."""
+
+
+def _has_order(annotation: Any) -> bool:
+    """Whether values of a field annotated ``annotation`` have an order: a scalar (``str``, ``int``, ``float``,
+    ``bool``), a ``Literal`` of scalars of one type, or one of those made ``Optional``. Objects, lists, ``Any`` and
+    unions of several types have none (memory cannot compare them, SQL would compare their JSON text)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _has_order(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return len(members) == 1 and _has_order(members[0])
+    if origin is Literal:
+        return len({type(value) for value in get_args(annotation)}) == 1 and all(
+            type(value) in _ORDERED_TYPES for value in get_args(annotation)
+        )
+    return annotation in _ORDERED_TYPES
+
+
+@functools.cache
+def sortable_field_names(model: Type[BaseModel]) -> Tuple[str, ...]:
+    """The fields of ``model`` that items can be sorted by (see :func:`_has_order`), in declaration order."""
+    return tuple(name for name, info in model.model_fields.items() if _has_order(info.annotation))
+
+
+@functools.cache
+def _sortable_field_set(model: Type[BaseModel]) -> frozenset[str]:
+    return frozenset(sortable_field_names(model))
+
+
+def sort_field_problem(model: Type[BaseModel], name: str) -> Optional[str]:
+    """Why items of ``model`` cannot be sorted by ``name`` (a field that does not exist, or holds objects or lists),
+    or ``None`` when they can. The one rule of every backend, the in-process API and the HTTP server alike."""
     if name not in model_field_names(model):
-        raise ValueError(f"Failed to sort items by '{name}': field does not exist on {model.__name__}")
+        return f"field does not exist on {model.__name__}"
+    if name not in _sortable_field_set(model):
+        sortable = ", ".join(sortable_field_names(model))
+        return f"field has no order on {model.__name__} (it holds objects, lists or mixed values); sortable fields are: {sortable}"
+    return None
+
+
+def check_sort_field(model: Type[BaseModel], name: str) -> None:
+    """Raise ``ValueError`` when items of ``model`` cannot be sorted by ``name`` (:func:`sort_field_problem`)."""
+    problem = sort_field_problem(model, name)
+    if problem is not None:
+        raise ValueError(f"Failed to sort items by '{name}': {problem}")
+
+
+def resolve_sort(model: Type[BaseModel], sort: Optional[SortOptions]) -> Optional[Tuple[str, Literal["asc", "desc"]]]:
+    """:func:`resolve_sort_options` for a collection of ``model`` items: also checks the field
+    (:func:`check_sort_field`), before any item is read."""
+    resolved = resolve_sort_options(sort)
+    if resolved is not None:
+        check_sort_field(model, resolved[0])
+    return resolved
 
 
 def resolve_error_type(exc: BaseException) -> str:

@@ -53,12 +53,11 @@ from .base import (
     LightningCollections,
     NormalizedFilter,
     Queue,
-    check_sort_field,
     ensure_numeric,
     model_with,
     normalize_filter_options,
     primary_key_of_filter,
-    resolve_sort_options,
+    resolve_sort,
     tracked,
 )
 from .memory_locks import _LockScope, _LoopAwareAsyncLock, _NoLockScope, _ThreadSafeAsyncLock
@@ -171,7 +170,6 @@ def _zero_for_annotation(annotation: Any) -> Any:
 
 
 def _sort_items(items: List[T], model: Type[BaseModel], name: str, order: str) -> List[T]:
-    check_sort_field(model, name)
     reverse = order == "desc"
     if name.endswith("_time"):
         inf = float("inf")
@@ -377,7 +375,7 @@ class ListBasedCollection(Collection[T]):
     ) -> PaginatedResult[T]:
         """Filter, sort, paginate."""
         normalized = normalize_filter_options(filter)
-        sort_spec = resolve_sort_options(sort)
+        sort_spec = resolve_sort(self._item_type, sort)
         items = self._matching(normalized)
         if sort_spec is not None:
             items = _sort_items(items, self._item_type, *sort_spec)
@@ -399,7 +397,7 @@ class ListBasedCollection(Collection[T]):
                 found = self._lookup(key)
                 return None if found is _MISSING or isinstance(found, dict) else found  # type: ignore[no-any-return]
         normalized = normalize_filter_options(filter)
-        sort_spec = resolve_sort_options(sort)
+        sort_spec = resolve_sort(self._item_type, sort)
         items = self._matching(normalized)
         if not items:
             return None

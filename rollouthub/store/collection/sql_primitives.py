@@ -40,11 +40,10 @@ from .base import (
     KeyValue,
     NormalizedFilter,
     Queue,
-    check_sort_field,
     ensure_numeric,
     normalize_filter_options,
     primary_key_of_filter,
-    resolve_sort_options,
+    resolve_sort,
     tracked,
 )
 from .sql_batch import PENDING, PG_ARRAY, NeedsTransaction
@@ -250,9 +249,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         return None if clause is None else (sa.false() if clause is FALSE else clause)
 
     def _order_by(self, sort: Optional[SortOptions]) -> Tuple[Optional[Tuple[str, str]], Callable[[], List[Any]]]:
-        resolved = resolve_sort_options(sort)
-        if resolved is not None:
-            check_sort_field(self._spec.model, resolved[0])
+        resolved = resolve_sort(self._spec.model, sort)
 
         def build() -> List[Any]:
             order_col = self._spec.order_col

@@ -15,9 +15,10 @@
 * ``GET /v1/agl/rollouts/{rollout_id}/conversation``: the rollout's LLM calls (prompt, response, tool calls, token
   counts), its conversations (the ``messages`` export rows) and its final reward -- the dashboard's conversation view.
 
-Layering: the export code these routes call (``rollouthub.export`` → ``rollouthub.adapter`` / ``rollouthub.emitter``
-→ ``rollouthub.types``) imports no runner, trainer, algorithm or LLM proxy module; it is imported on first use, so
-a server that never exports does not load it.
+Layering: the server sits above the export package -- ``rollouthub.export`` reads stores through the store contract
+and never imports the server (``tests/test_layering.py``). The export code these routes call (``rollouthub.export`` →
+``rollouthub.adapter`` / ``rollouthub.emitter`` → ``rollouthub.types``) imports no runner, trainer, algorithm or LLM
+proxy module; it is imported on first use, so a server that never exports does not load it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from rollouthub.types import (
 
 from .. import wire
 from ..base import UNSET, paginated_json
-from ..collection.base import model_field_names
+from ..collection.base import model_field_names, sort_field_problem
 from ..domains import MAX_OFFSET, MAX_PAGE_SIZE, check_text, check_value
 from ..wire import (
     DequeueManyRolloutsRequest,
@@ -72,9 +72,15 @@ def validate_pagination(
     """Validate paging in the reference's order (sort field, sort order, limit, offset, filter logic), raising
     ``HTTPException(400)`` on the first violation (plus the page-size and offset bounds of
     :mod:`rollouthub.store.domains`)."""
-    if sort_by is not None and sort_by not in model_field_names(model):
-        allowed = ", ".join(model.model_fields)
-        raise HTTPException(400, f"Invalid sort_by: {sort_by}, allowed fields are: {allowed}")
+    if sort_by is not None:
+        if sort_by not in model_field_names(model):
+            allowed = ", ".join(model.model_fields)
+            raise HTTPException(400, f"Invalid sort_by: {sort_by}, allowed fields are: {allowed}")
+        # A field holding objects or lists has no order: the same 400 on every backend (the collections apply the
+        # same rule to in-process callers).
+        problem = sort_field_problem(model, sort_by)
+        if problem is not None:
+            raise HTTPException(400, f"Invalid sort_by: {sort_by}, {problem}")
     if sort_order not in ("asc", "desc"):
         raise HTTPException(400, f"Invalid sort_order: {sort_order}, must be 'asc' or 'desc'")
     if limit == 0 or limit < -1:

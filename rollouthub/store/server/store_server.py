@@ -9,18 +9,18 @@ uvicorn.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from rollouthub.types import AttemptedRollout, Span
 from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
-from ..base import LIGHTNING_STORE_METHODS, LightningStore, LightningStoreCapabilities, dequeue_or_wait_with
+from ..base import LightningStore, LightningStoreCapabilities, dequeue_or_wait_with
+from ..delegation import UNLOCKED_METHODS, CrossThreadLock, DelegatingLightningStore
 from ..wire import API_V1_AGL_PREFIX
 
 if TYPE_CHECKING:
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["LightningStoreServer"]
 
 logger = logging.getLogger("rollouthub.store.client_server")
-
-_DELEGATED_METHODS = tuple(name for name in LIGHTNING_STORE_METHODS if name != "add_otel_span")
-
 
 _current_pid = os.getpid()
 """This process's id, kept current across ``fork`` (``os.getpid()`` is a system call; the delegation checks it on
@@ -62,8 +59,12 @@ def _normalize_cors_origins(origins: Union[Sequence[str], str, None]) -> Optiona
     return cleaned or None
 
 
-class LightningStoreServer(LightningStore):
+class LightningStoreServer(DelegatingLightningStore):
     """Expose a store over HTTP and delegate every store method to it.
+
+    Every contract method is a :class:`~rollouthub.store.delegation.DelegatingLightningStore` method that hands its
+    arguments to :meth:`_delegate` (which picks the route: straight to the store, under the lock, or over HTTP), but
+    for :meth:`add_otel_span`, which converts the span here.
 
     Besides the reference's arguments, ``api_token`` enables bearer-token authentication (every route except
     ``GET /v1/agl/health``), ``max_body_bytes`` limits request bodies (413 above it), ``dashboard_dir`` overrides the
@@ -125,7 +126,8 @@ class LightningStoreServer(LightningStore):
         self._instance_id = instance_id or None
         self._owner_pid = os.getpid()
         self._client: Optional[LightningStoreClient] = None
-        self._lock = threading.Lock()
+        self._client_lock = threading.Lock()
+        self._store_lock = CrossThreadLock()
         self._caps_cache: tuple[int, LightningStoreCapabilities, int] | None = None
 
         from .app import build_app  # the app's modules need not be loaded by an unpickled proxy
@@ -159,7 +161,8 @@ class LightningStoreServer(LightningStore):
         self._dashboard_dir = None
         self._instance_id = None
         self._client = None
-        self._lock = threading.Lock()
+        self._client_lock = threading.Lock()
+        self._store_lock = CrossThreadLock()
         self._caps_cache = None
 
     # -- identity ------------------------------------------------------------------------------------------------------
@@ -250,35 +253,17 @@ class LightningStoreServer(LightningStore):
         return caps
 
     def _get_client(self) -> Any:
-        with self._lock:
+        with self._client_lock:
             if self._client is None:
                 from ..client import LightningStoreClient
 
                 self._client = LightningStoreClient(self.endpoint, api_token=self._api_token)
             return self._client
 
-    async def _acquire_lock_async(self) -> None:
-        """Wait for ``_lock`` in a worker thread without blocking the event loop; never leak it on cancellation."""
-        pending = asyncio.ensure_future(asyncio.to_thread(self._lock.acquire))
-        try:
-            await asyncio.shield(pending)
-        except asyncio.CancelledError:
-
-            def release_when_acquired(future: asyncio.Future[bool]) -> None:
-                if not future.cancelled() and future.exception() is None and future.result():
-                    self._lock.release()
-
-            pending.add_done_callback(release_when_acquired)
-            raise
-
     async def _locked_call(self, store: LightningStore, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Call ``store.<method_name>`` holding the server's lock (for stores that are not thread-safe)."""
-        if not self._lock.acquire(blocking=False):
-            await self._acquire_lock_async()
-        try:
+        """Call ``store.<method_name>`` holding the server's store lock (for stores that are not thread-safe)."""
+        async with self._store_lock:
             return await getattr(store, method_name)(*args, **kwargs)
-        finally:
-            self._lock.release()
 
     async def dequeue_rollout_for_client(
         self, worker_id: Optional[str], timeout: float, client_gone: Optional[Callable[[], bool]]
@@ -337,69 +322,36 @@ class LightningStoreServer(LightningStore):
             assert cached is not None
         return cached[2]
 
-    async def _call(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
-        store = self.store
-        if store is not None:
-            route = self._route(store)
-            if route == _DIRECT_ANYWHERE:
-                return await getattr(store, method_name)(*args, **kwargs)
-            if _current_pid == self._owner_pid:
-                if method_name == "wait_for_rollouts" or route == _DIRECT_IN_OWNER:
-                    return await getattr(store, method_name)(*args, **kwargs)
-                if method_name == "dequeue_rollout_or_wait":  # wait without the lock, claim under it
-                    return await self._dequeue_or_wait_locked(store, *args, **kwargs)
-                return await self._locked_call(store, method_name, *args, **kwargs)
-        return await getattr(self._get_client(), method_name)(*args, **kwargs)
-
-
-async def _server_add_otel_span(
-    self: LightningStoreServer,
-    rollout_id: str,
-    attempt_id: str,
-    readable_span: Any,
-    sequence_id: Optional[int] = None,
-) -> Optional[Span]:
-    """Convert an OpenTelemetry span with ``Span.from_opentelemetry`` (allocating a sequence id when none is given)
-    and store it through :meth:`add_span` (directly, or over HTTP from another process)."""
-    if sequence_id is None:
-        sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
-    span = Span.from_opentelemetry(readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id)
-    return await self.add_span(span)  # type: ignore[no-any-return]
-
-
-_UNLOCKED_METHODS = frozenset({"wait_for_rollouts", "dequeue_rollout_or_wait"})
-"""Methods ``_call`` does not simply run under the lock for a store that is not thread-safe."""
-
-
-def _make_delegate(name: str) -> Any:
-    lockable = name not in _UNLOCKED_METHODS
-
-    async def method(self: LightningStoreServer, *args: Any, **kwargs: Any) -> Any:
-        # Fast paths of ``_call`` for the server process's own calls (every request): straight to a zero-copy store or
-        # to a thread-safe one in the owning process, or -- inlined ``_locked_call`` -- to another store under the lock.
+    async def _delegate(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """Run the store method ``name``: straight on a zero-copy store, or on a thread-safe one in the owning process;
+        on another store in the owning process under the store lock (``wait_for_rollouts`` without it,
+        ``dequeue_rollout_or_wait`` waiting without it and claiming under it); over HTTP in any other process."""
         store = self.store
         if store is not None:
             route = self._route(store)
             if route == _DIRECT_ANYWHERE or (route == _DIRECT_IN_OWNER and _current_pid == self._owner_pid):
                 return await getattr(store, name)(*args, **kwargs)
-            if route == _LOCKED and lockable and _current_pid == self._owner_pid:
-                lock = self._lock
-                if not lock.acquire(blocking=False):
-                    await self._acquire_lock_async()
-                try:
+            if _current_pid == self._owner_pid:
+                if name in UNLOCKED_METHODS:
+                    if name == "dequeue_rollout_or_wait":
+                        return await self._dequeue_or_wait_locked(store, *args, **kwargs)
                     return await getattr(store, name)(*args, **kwargs)
-                finally:
-                    lock.release()
-        return await self._call(name, *args, **kwargs)
+                async with self._store_lock:
+                    return await getattr(store, name)(*args, **kwargs)
+        return await getattr(self._get_client(), name)(*args, **kwargs)
 
-    base = getattr(LightningStore, name)
-    method.__name__ = name
-    method.__qualname__ = f"LightningStoreServer.{name}"
-    method.__doc__ = f"{(base.__doc__ or name).rstrip('.')} (delegated to the wrapped store, or over HTTP)."
-    return method
-
-
-for _name in _DELEGATED_METHODS:
-    setattr(LightningStoreServer, _name, _make_delegate(_name))
-del _name
-LightningStoreServer.add_otel_span = _server_add_otel_span  # type: ignore[method-assign,assignment]
+    async def add_otel_span(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        readable_span: Any,
+        sequence_id: Optional[int] = None,
+    ) -> Optional[Span]:
+        """Convert an OpenTelemetry span with ``Span.from_opentelemetry`` (allocating a sequence id when none is
+        given) and store it through :meth:`add_span` (directly, or over HTTP from another process)."""
+        if sequence_id is None:
+            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
+        span = Span.from_opentelemetry(
+            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
+        )
+        return await self.add_span(span)

@@ -1,4 +1,5 @@
-"""OTLP/HTTP ingestion: protobuf, gzip, JSON, google.rpc.Status errors, span conversion, exporter."""
+"""OTLP/HTTP ingestion of the store server (protobuf, gzip, JSON, google.rpc.Status errors, span conversion) and the
+client-side exporter."""
 
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from rollouthub.store.client_server import LightningStoreServer
 from rollouthub.store.memory import InMemoryLightningStore
-from rollouthub.utils.otlp import (
+from rollouthub.store.server.otlp import export_otlp
+from rollouthub.store.server.otlp_decode import (
     JSON_CT,
     PROTOBUF_CT,
-    LightningStoreOTLPExporter,
     OTLPPayloadError,
-    export_otlp,
+    decode_spans,
     parse_otlp_traces,
     spans_from_proto,
 )
+from rollouthub.utils.otlp import LightningStoreOTLPExporter
 from rollouthub.utils.server_launcher import pick_free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -119,7 +121,7 @@ async def test_spans_from_proto_conversion() -> None:
 
 
 def test_attribute_conversion_matches_the_generic_path() -> None:
-    from rollouthub.utils import otlp
+    from rollouthub.store.server import otlp_decode as otlp
 
     request = _request("ro-1", "at-1", n=2)
     extra = request.resource_spans[0].scope_spans[0].spans[0].attributes.add()
@@ -341,3 +343,22 @@ async def test_exporter_against_live_server(server: LightningStoreServer) -> Non
     assert result.name == "SUCCESS"
     (stored,) = await server.query_spans(started.rollout_id)
     assert stored.name == "exported" and stored.attributes["k"] == "v"
+
+
+def test_ids_of_the_wrong_length_reject_their_span_and_empty_ids_stand_for_zeros() -> None:
+    request = _request("ro-1", "at-1", n=4)
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].trace_id = b""  # empty: all zeros (as the reference)
+    spans[0].span_id = b""
+    spans[1].trace_id = b"\x01" * 17
+    spans[2].links[0].span_id = b"\x03" * 7
+    rejected: list[str] = []
+    decoded, missing = decode_spans(request, rejected)
+    assert [span.name for span in decoded] == ["span-0", "span-3"] and len(missing) == 2
+    assert decoded[0].trace_id == "0" * 32 and decoded[0].span_id == "0" * 16
+    assert rejected == [
+        "Invalid OTLP span 'span-1' (span_id 0202020202020202): trace_id has 17 bytes, expected 16",
+        "Invalid OTLP span 'span-2' (span_id 0303030303030303): links[0].span_id has 7 bytes, expected 8",
+    ]
+    with pytest.raises(OTLPPayloadError, match="'span-1'.*trace_id has 17 bytes"):
+        decode_spans(request)
