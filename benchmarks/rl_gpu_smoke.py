@@ -42,21 +42,12 @@ WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 def build_agent(max_tokens: int) -> Any:
     """The smoke agent: the word as the user message; reward the share of lowercase letters in the reply."""
     from rollouthub.litagent import rollout
+    from rollouthub.rl_demo.agent import ask_policy
     from rollouthub.types import LLM, Rollout
 
     @rollout
     async def smoke_agent(task: Dict[str, Any], llm: LLM, rollout: Rollout) -> float:
-        from openai import AsyncOpenAI
-
-        temperature = 0.0 if rollout.mode == "val" else float(llm.sampling_parameters.get("temperature", 1.0))
-        async with AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "dummy", max_retries=3) as client:
-            response = await client.chat.completions.create(
-                model=llm.model,
-                messages=[{"role": "user", "content": task["word"]}],
-                temperature=temperature,
-                max_tokens=max_tokens,
-            )
-        reply = response.choices[0].message.content or ""
+        reply = await ask_policy(llm, rollout, [{"role": "user", "content": task["word"]}], max_tokens)
         return sum(character in string.ascii_lowercase for character in reply) / max(len(reply), 1)
 
     return smoke_agent

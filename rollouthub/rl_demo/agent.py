@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from rollouthub.litagent import rollout
 from rollouthub.types import LLM, Rollout
 
 from .task import MAX_TOKENS, DemoTask, reward
 
-__all__ = ["last_letter_agent", "temperature_of"]
+__all__ = ["ask_policy", "last_letter_agent", "temperature_of"]
 
 _clients: Dict[Tuple[int, int, str], Any] = {}
 
@@ -45,15 +45,22 @@ def temperature_of(llm: LLM, rollout: Rollout) -> float:
     return float(llm.sampling_parameters.get("temperature", 1.0))
 
 
+async def ask_policy(llm: LLM, rollout: Rollout, messages: List[Dict[str, str]], max_tokens: int) -> str:
+    """One chat call to the policy behind the proxy at the rollout's temperature (:func:`temperature_of`); the reply.
+
+    The proxy serves the OpenAI routes with and without the /v1 prefix: the endpoint is used as the base URL as it is.
+    """
+    response = await _client(llm.endpoint, llm.api_key or "dummy").chat.completions.create(
+        model=llm.model,
+        messages=messages,  # type: ignore[arg-type]
+        temperature=temperature_of(llm, rollout),
+        max_tokens=max_tokens,
+    )
+    return response.choices[0].message.content or ""
+
+
 @rollout
 async def last_letter_agent(task: Dict[str, Any], llm: LLM, rollout: Rollout) -> float:
     """Send the task's word to the policy; reward 1.0 when the reply is exactly its last letter."""
     demo = DemoTask.from_input(task)
-    # The proxy serves the OpenAI routes with and without the /v1 prefix: the endpoint is a base URL as it is.
-    response = await _client(llm.endpoint, llm.api_key or "dummy").chat.completions.create(
-        model=llm.model,
-        messages=demo.messages(),
-        temperature=temperature_of(llm, rollout),
-        max_tokens=MAX_TOKENS,
-    )
-    return reward(demo, response.choices[0].message.content or "")
+    return reward(demo, await ask_policy(llm, rollout, demo.messages(), MAX_TOKENS))

@@ -55,10 +55,14 @@ def run_on_stack(
     train_dataset: Optional[List[Dict[str, Any]]] = None,
     progress: bool = True,
     llm_proxy: Any = None,
+    agent: Any = None,
+    val_dataset: Optional[List[Dict[str, Any]]] = None,
 ) -> GRPO:
     """Train ``grpo`` with ``n_runners`` runner processes against the store server at ``store_url``; returns it
     (its :attr:`~GRPO.summary` and :attr:`~GRPO.records` hold the results); ``progress``: the Trainer's progress
-    line; ``llm_proxy``: the Trainer's LLM proxy (GRPO then serves the policy through it instead of its own)."""
+    line; ``llm_proxy``: the Trainer's LLM proxy (GRPO then serves the policy through it instead of its own);
+    ``agent``: the agent the runners run (default: the demo's ``last_letter_agent``); the datasets default to the
+    demo's."""
     from rollouthub.rl_demo.agent import last_letter_agent
     from rollouthub.store.client import LightningStoreClient
     from rollouthub.tracer import OtelTracer
@@ -76,5 +80,5 @@ def run_on_stack(
         progress=progress,
         llm_proxy=llm_proxy,
     )
-    trainer.fit(last_letter_agent, train_dataset=train_dataset or train, val_dataset=val)
+    trainer.fit(agent or last_letter_agent, train_dataset=train_dataset or train, val_dataset=val_dataset or val)
     return grpo

@@ -16,6 +16,8 @@ from rollouthub.cli import main as cli_main
 from rollouthub.cli.store import DEFAULT_BACKEND, build_parser
 from rollouthub.utils.server_launcher import pick_free_port
 
+from .store_process import spawn_store
+
 pytestmark = pytest.mark.timeout(90)
 
 
@@ -34,19 +36,6 @@ def _startup_budget() -> float:
     return 2.0 if load <= cpus else 2.0 * load / cpus
 
 
-def _spawn(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("ROLLOUTHUB_API_TOKEN", None)
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "rollouthub.cli", "store", *args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
 def _wait_healthy(process: subprocess.Popen[bytes], port: int, timeout: float = 30.0) -> float:
     start = time.monotonic()
     while not _healthy(port):
@@ -61,7 +50,7 @@ def _wait_healthy(process: subprocess.Popen[bytes], port: int, timeout: float = 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_store_starts_fast_and_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     port = pick_free_port()
-    process = _spawn(tmp_path, "--backend", "memory", "--port", str(port))
+    process = spawn_store(tmp_path, "--backend", "memory", "--port", str(port))
     try:
         elapsed = _wait_healthy(process, port)
         assert elapsed < _startup_budget(), f"healthy after {elapsed:.2f} s"
@@ -80,7 +69,7 @@ def test_store_starts_fast_and_stops_cleanly(tmp_path: Path, sig: signal.Signals
 
 
 def test_memory_with_several_workers_is_refused(tmp_path: Path) -> None:
-    process = _spawn(tmp_path, "--backend", "memory", "--n-workers", "2", "--port", str(pick_free_port()))
+    process = spawn_store(tmp_path, "--backend", "memory", "--n-workers", "2", "--port", str(pick_free_port()))
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 2
     text = stderr.decode()
@@ -94,7 +83,7 @@ def test_port_in_use_fails_fast(tmp_path: Path) -> None:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen(1)
         port = blocker.getsockname()[1]
-        process = _spawn(tmp_path, "--backend", "memory", "--port", str(port))
+        process = spawn_store(tmp_path, "--backend", "memory", "--port", str(port))
         _, stderr = process.communicate(timeout=30)
     text = stderr.decode()
     assert process.returncode == 1
@@ -136,7 +125,7 @@ def test_prometheus_tracker_with_the_extra_serves_metrics_with_and_without_slash
     """Issue 18 (point 6): ``/v1/prometheus`` answers like ``/v1/prometheus/``."""
     pytest.importorskip("prometheus_client")
     port = pick_free_port()
-    process = _spawn(tmp_path, "--backend", "memory", "--port", str(port), "--tracker", "prometheus")
+    process = spawn_store(tmp_path, "--backend", "memory", "--port", str(port), "--tracker", "prometheus")
     try:
         _wait_healthy(process, port)
         for path in ("/v1/prometheus", "/v1/prometheus/"):
@@ -246,7 +235,7 @@ def test_several_workers_share_a_sqlite_backend(tmp_path: Path) -> None:
     port = pick_free_port()
     db = tmp_path / "shared.db"
     pytest.importorskip("prometheus_client")
-    process = _spawn(
+    process = spawn_store(
         tmp_path, "--backend", f"sqlite:///{db}", "--n-workers", "2", "--port", str(port), "--tracker", "prometheus"
     )
     try:
@@ -288,7 +277,7 @@ def test_database_of_a_newer_version_fails_the_start_up(tmp_path: Path) -> None:
 
     database = tmp_path / "newer.db"
     port = pick_free_port()
-    first = _spawn(tmp_path, "--backend", f"sqlite:///{database}", "--port", str(port))
+    first = spawn_store(tmp_path, "--backend", f"sqlite:///{database}", "--port", str(port))
     try:
         _wait_healthy(first, port)
     finally:
@@ -296,7 +285,7 @@ def test_database_of_a_newer_version_fails_the_start_up(tmp_path: Path) -> None:
         assert first.wait(timeout=30) == 0
     with sqlite3.connect(database) as conn:
         conn.execute(f"UPDATE {SCHEMA_TABLE} SET version = {SCHEMA_VERSION + 1}")
-    process = _spawn(tmp_path, "--backend", f"sqlite:///{database}", "--port", str(pick_free_port()))
+    process = spawn_store(tmp_path, "--backend", f"sqlite:///{database}", "--port", str(pick_free_port()))
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert f"schema version {SCHEMA_VERSION + 1}" in stderr.decode()

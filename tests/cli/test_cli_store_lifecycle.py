@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import signal
 import socket
@@ -21,21 +20,9 @@ import pytest
 
 from rollouthub.utils.server_launcher import pick_free_port
 
+from .store_process import spawn_store
+
 pytestmark = pytest.mark.timeout(90)
-
-
-def _spawn(cwd: Path, *args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("ROLLOUTHUB_API_TOKEN", None)
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "rollouthub.cli", "store", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def _health(port: int) -> dict:  # type: ignore[type-arg]
@@ -75,7 +62,9 @@ def _gone(pid: int) -> bool:
 
 def test_health_reports_the_instance_id_the_starter_chose(tmp_path: Path) -> None:
     port = pick_free_port()
-    process = _spawn(tmp_path, "--backend", "memory", "--port", str(port), "--instance-id", "nonce-1234")
+    process = spawn_store(
+        tmp_path, "--backend", "memory", "--port", str(port), "--instance-id", "nonce-1234", text=True
+    )
     try:
         _wait_until(lambda: _health(port)["status"] == "ok", 30, "the server")
         assert _health(port) == {"status": "ok", "instance_id": "nonce-1234"}
@@ -90,7 +79,7 @@ def test_an_occupied_port_fails_at_once_with_one_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         started = time.monotonic()
-        process = _spawn(tmp_path, "--backend", "memory", "--port", str(port))
+        process = spawn_store(tmp_path, "--backend", "memory", "--port", str(port), text=True)
         _, stderr = process.communicate(timeout=30)
         code = process.returncode
     assert code == 1
@@ -133,7 +122,7 @@ def test_the_start_line_says_created_or_opened_with_n_rollouts(tmp_path: Path) -
     db = tmp_path / "runs.db"
     for expected_rollouts in (None, 3):
         port = pick_free_port()
-        process = _spawn(tmp_path, "--backend", "runs.db", "--port", str(port))
+        process = spawn_store(tmp_path, "--backend", "runs.db", "--port", str(port), text=True)
         try:
             _wait_until(functools.partial(_healthy, port), 30, "the server")
             if expected_rollouts is None:
@@ -156,7 +145,7 @@ def test_a_store_started_with_parent_pid_stops_cleanly_when_its_owner_is_killed(
     """The owner is SIGKILLed (no clean-up of its own): its store notices, stops the clean way and exits 0."""
     port = pick_free_port()
     owner = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
-    process = _spawn(tmp_path, "--backend", "w.db", "--port", str(port), "--parent-pid", str(owner.pid))
+    process = spawn_store(tmp_path, "--backend", "w.db", "--port", str(port), "--parent-pid", str(owner.pid), text=True)
     try:
         _wait_until(lambda: _health(port)["status"] == "ok", 30, "the server")
         owner.kill()
@@ -175,7 +164,7 @@ def test_a_store_started_with_parent_pid_stops_cleanly_when_its_owner_is_killed(
 def test_n_workers_leave_no_process_when_the_store_is_killed(tmp_path: Path) -> None:
     """SIGKILL of ``rollouthub store --n-workers 2`` (no clean-up possible): its supervisor and workers stop too."""
     port = pick_free_port()
-    process = _spawn(tmp_path, "--backend", "shared.db", "--n-workers", "2", "--port", str(port))
+    process = spawn_store(tmp_path, "--backend", "shared.db", "--n-workers", "2", "--port", str(port), text=True)
     try:
         _wait_until(lambda: _health(port)["status"] == "ok", 60, "the server")
         tree = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]

@@ -13,6 +13,7 @@ import string
 from typing import Any, Dict, List, Optional
 
 from rollouthub.litagent import rollout
+from rollouthub.rl_demo.agent import ask_policy
 from rollouthub.types import LLM, Rollout
 
 REPLY_TOKENS = 6
@@ -27,17 +28,8 @@ def letter_share(reply: str) -> float:
 @rollout
 async def several_tokens_agent(task: Dict[str, Any], llm: LLM, rollout: Rollout) -> float:
     """Ask the policy for ``REPLY_TOKENS`` tokens after the word; reward the share of letters."""
-    from openai import AsyncOpenAI
-
-    temperature = 0.0 if rollout.mode == "val" else float(llm.sampling_parameters.get("temperature", 1.0))
-    async with AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "dummy", max_retries=3) as client:
-        response = await client.chat.completions.create(
-            model=llm.model,
-            messages=[{"role": "user", "content": task["word"]}],
-            temperature=temperature,
-            max_tokens=REPLY_TOKENS,
-        )
-    return letter_share(response.choices[0].message.content or "")
+    messages = [{"role": "user", "content": task["word"]}]
+    return letter_share(await ask_policy(llm, rollout, messages, REPLY_TOKENS))
 
 
 def small_run(
@@ -67,22 +59,10 @@ def small_run(
         config={"group_size": group_size, **options.pop("config", {})},
         **options,
     )
-    if agent is None:
-        return run_on_stack(store_url, grpo, n_runners=n_runners, train_dataset=train, llm_proxy=llm_proxy)
-    from rollouthub.store.client import LightningStoreClient
-    from rollouthub.tracer import OtelTracer
-    from rollouthub.trainer import Trainer
-
-    _, val = demo_datasets()
-    trainer = Trainer(
-        algorithm=grpo,
-        n_runners=n_runners,
-        store=LightningStoreClient(store_url),
-        strategy={"type": "cs", "managed_store": False, "n_runners": n_runners},
-        tracer=OtelTracer(),
+    val = demo_datasets()[1][: options.get("eval_size") or 10] if agent is not None else None
+    return run_on_stack(
+        store_url, grpo, n_runners=n_runners, train_dataset=train, llm_proxy=llm_proxy, agent=agent, val_dataset=val
     )
-    trainer.fit(agent, train_dataset=train or demo_datasets()[0], val_dataset=val[: options.get("eval_size") or 10])
-    return grpo
 
 
 def main(argv: Optional[List[str]] = None) -> int:
