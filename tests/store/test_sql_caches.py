@@ -46,7 +46,7 @@ def test_a_full_mirror_records_nothing_until_it_is_empty() -> None:
 
 
 def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_succeeded() -> None:
-    from rollouthub.store.collection.sql_caches import WRITTEN, cache_rollouts, follow_writes
+    from rollouthub.store.collection.sql_caches import WRITTEN, WrittenRows, cache_rollouts, follow_writes
     from rollouthub.store.collection.sql_schema import SqlSchema
     from rollouthub.types import Attempt, Rollout
 
@@ -56,9 +56,9 @@ def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_s
     other = Rollout(rollout_id="ro-2", input=None, start_time=2.0, status="running")
     seen = {"ro-1": [rollout, "100", attempt, "101"], "ro-2": [other, "200", None, None]}
     written = [
-        ("u", specs["attempts"], [("ro-1", "at-1")], [{"status": "succeeded", "end_time": 5.0}]),
-        ("u", specs["rollouts"], [("ro-1",)], [{"status": "succeeded", "end_time": 5.0}]),
-        ("s", specs["rollouts"], [("ro-2",)], [None]),  # an upsert: not followed
+        WrittenRows("update", specs["attempts"], [("ro-1", "at-1")], [{"status": "succeeded", "end_time": 5.0}]),
+        WrittenRows("update", specs["rollouts"], [("ro-1",)], [{"status": "succeeded", "end_time": 5.0}]),
+        WrittenRows("upsert", specs["rollouts"], [("ro-2",)], [None]),  # an upsert: not followed
     ]
     after = follow_writes(seen, written)
     # what the unit read is untouched (the statement may still fail: its rollouts are then dropped from the cache)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTupl
 from rollouthub.utils.overlap import overlapped
 
 from .base import DuplicatedPrimaryKeyError
-from .sql_caches import CACHED_TABLES, cache_rollouts, follow_writes, merged
+from .sql_caches import CACHED_TABLES, WrittenRows, cache_rollouts, follow_writes, merged
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class _Insert(_Op):
     __slots__ = ("spec", "rows")
 
     def __init__(self, spec: TableSpec, rows: List[Dict[str, Any]]) -> None:
-        self.shape = ("i", spec.name, len(rows) == 1)
+        self.shape = ("insert", spec.name, len(rows) == 1)
         self.spec = spec
         self.rows = rows
 
@@ -220,7 +220,7 @@ class _Update(_Op):
     def __init__(
         self, spec: TableSpec, names: Tuple[str, ...], keys: List[Tuple[Any, ...]], rows: List[Dict[str, Any]]
     ) -> None:
-        self.shape = ("u", spec.name, names, len(rows) == 1)
+        self.shape = ("update", spec.name, names, len(rows) == 1)
         self.spec = spec
         self.names = names
         self.keys = keys
@@ -251,7 +251,7 @@ class _Upsert(_Op):
     __slots__ = ("spec", "rows")
 
     def __init__(self, spec: TableSpec, names: Tuple[str, ...], rows: List[Dict[str, Any]]) -> None:
-        self.shape = ("s", spec.name, names, len(rows) == 1)
+        self.shape = ("upsert", spec.name, names, len(rows) == 1)
         self.spec = spec
         self.rows = rows
 
@@ -280,7 +280,7 @@ class _Delete(_Op):
     reports = True
 
     def __init__(self, spec: TableSpec, keys: List[Tuple[Any, ...]]) -> None:
-        self.shape = ("d", spec.name, len(keys) == 1)
+        self.shape = ("delete", spec.name, len(keys) == 1)
         self.spec = spec
         self.keys = keys
 
@@ -309,12 +309,12 @@ class _Enqueue(_Op):
     def __init__(self) -> None:
         self.values: List[str] = []
         self.seqs: List[int] = []
-        self.shape = ("q", False)
+        self.shape = ("enqueue", False)
 
     def extend(self, values: Sequence[str]) -> None:
         """Append values (in call order)."""
         self.values.extend(values)
-        self.shape = ("q", len(self.values) == 1)
+        self.shape = ("enqueue", len(self.values) == 1)
 
     def cte(self, first: int, ok: str) -> str:
         where = f" WHERE {ok}" if ok else ""
@@ -458,7 +458,7 @@ class WriteBatch:
         self.seen: Dict[str, List[Any]] = {}
         """Optimistic units: the rollouts (with their latest attempt) read, as cache entries (see
         :func:`get_rollout_and_attempts`): after the write statement they are cached with the unit's writes applied."""
-        self.written: List[Tuple[str, TableSpec, List[Tuple[Any, ...]], List[Any]]] = []
+        self.written: List[WrittenRows] = []
         """The deferred writes of rollouts and attempts: ``(kind, spec, keys, rows)``."""
         self.head: Optional[Tuple[int, List[int]]] = None
         """A claim of the entry ``seq`` taken from the queue mirror: it must be the first of the queue but for the
@@ -519,7 +519,7 @@ class WriteBatch:
         if not await self._claim_keys(unit, spec, keys):
             return False
         if spec.name in CACHED_TABLES:
-            self.written.append(("i", spec, keys, rows))
+            self.written.append(WrittenRows("insert", spec, keys, rows))
         self.ops.append(_Insert(spec, rows))
         return True
 
@@ -534,7 +534,7 @@ class WriteBatch:
             for key in keys:
                 self.guard(spec, key, None)
         if spec.name in CACHED_TABLES:
-            self.written.append(("u", spec, keys, rows))
+            self.written.append(WrittenRows("update", spec, keys, rows))
         self.ops.append(_Update(spec, names, keys, rows))
         return True
 
@@ -545,7 +545,7 @@ class WriteBatch:
         if not await self._claim_keys(unit, spec, keys):
             return False
         if spec.name in CACHED_TABLES:
-            self.written.append(("s", spec, keys, rows))
+            self.written.append(WrittenRows("upsert", spec, keys, rows))
         self.ops.append(_Upsert(spec, names, rows))
         return True
 
@@ -557,7 +557,7 @@ class WriteBatch:
             for key in keys:
                 self.guard(spec, key, None)
         if spec.name in CACHED_TABLES:
-            self.written.append(("d", spec, keys, []))
+            self.written.append(WrittenRows("delete", spec, keys, []))
         self.ops.append(_Delete(spec, keys))
         return True
 
@@ -711,7 +711,7 @@ class WriteBatch:
                 new_rollouts = {
                     key[0]: merged(spec, None, values)
                     for kind, table, keys, rows_written in written
-                    if kind == "i" and table.name == "rollouts"
+                    if kind == "insert" and table.name == "rollouts"
                     for key, values in zip(keys, rows_written, strict=True)
                 }
             return (follow_writes(seen, written) if seen else None), new_rollouts

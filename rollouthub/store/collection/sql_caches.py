@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, insort
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Literal, NamedTuple, Optional, Set, Tuple
 
 from pydantic_core import from_json
 
@@ -46,14 +46,29 @@ def merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
     return spec.model.__pydantic_validator__.validate_python(data)
 
 
+WriteKind = Literal["insert", "update", "upsert", "delete"]
+"""The kind of a deferred write of an optimistic unit."""
+
+
+class WrittenRows(NamedTuple):
+    """One deferred write of an optimistic unit, as :func:`follow_writes` replays it on the cached rollouts."""
+
+    kind: WriteKind
+    spec: TableSpec
+    keys: List[Tuple[Any, ...]]
+    """The primary keys of the rows written."""
+    rows: List[Any]
+    """The rows written (column -> value), one per key; empty for a delete."""
+
+
 WRITTEN = object()
 """The version of a row in :func:`follow_writes`'s entries that the write statement wrote (its version is the
 statement's, known once it answered)."""
 
 
-def follow_writes(seen: Dict[str, List[Any]], written: List[Any]) -> Dict[str, List[Any]]:
+def follow_writes(seen: Dict[str, List[Any]], written: List[WrittenRows]) -> Dict[str, List[Any]]:
     """The rollouts an optimistic unit read (``seen``: ``rollout_id -> [rollout, version, latest attempt or None,
-    version]``) as they will be once its writes (``written``: ``(kind, spec, keys, rows)``) are applied, the rows it
+    version]``) as they will be once its writes (``written``: :class:`WrittenRows`) are applied, the rows it
     writes at version :data:`WRITTEN`: new entries, ``seen`` is left as it is. Pure, so that it can run while the
     write statement is on its way (its result decides whether :func:`cache_rollouts` keeps them). A write this cannot
     follow (an upsert, a delete, a rollout insert, unknown columns) leaves the rollout out. The latest attempt is the
@@ -64,15 +79,15 @@ def follow_writes(seen: Dict[str, List[Any]], written: List[Any]) -> Dict[str, L
             entry = after.get(key[0])
             if entry is None:
                 continue
-            if kind in ("s", "d") or (spec.has_extra and row is not None and "extra" in row):
+            if kind in ("upsert", "delete") or (spec.has_extra and row is not None and "extra" in row):
                 del after[key[0]]
             elif spec.name == "rollouts":
-                if kind == "i":
+                if kind == "insert":
                     del after[key[0]]
                 else:
                     entry[0] = merged(spec, entry[0], row)
                     entry[1] = WRITTEN
-            elif kind == "i":
+            elif kind == "insert":
                 if entry[2] is None or row["sequence_id"] > entry[2].sequence_id:
                     entry[2] = merged(spec, None, row)
                     entry[3] = WRITTEN

@@ -278,7 +278,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
         sort_key, order_build = sort
         for_update = unit.for_update
         versioned = unit.optimistic
-        key = ("q", self._spec.name, shape, sort_key, limit, offset, for_update, versioned)
+        key = ("query", self._spec.name, shape, sort_key, limit, offset, for_update, versioned)
 
         def build() -> Any:
             stmt = sa.select(*self._columns(versioned))
@@ -430,7 +430,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             stmt = sa.select(*spec.columns).where(where).order_by(spec.order_col)
             return stmt.with_for_update() if for_update else stmt
 
-        stmt = self._stmt(("jp", spec.name, len(statuses), json_field, tuple(keys), for_update), build)
+        stmt = self._stmt(("json_path_query", spec.name, len(statuses), json_field, tuple(keys), for_update), build)
         values = {f"s{i}": v for i, v in enumerate(statuses)}
         rows = await self._run(False, lambda u: u.fetch(stmt, values))
         return [spec.from_row(r) for r in rows]  # type: ignore[misc]
@@ -458,7 +458,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             return
         cols = spec.column_names
         if self._backend.dialect == "sqlite":
-            stmt = self._stmt(("i", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
+            stmt = self._stmt(("insert", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
             select_key = self._stmt(("pk", spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
             params = [[row[n] for n in stmt[1]] for row in rows]
 
@@ -494,7 +494,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             sql = f'INSERT INTO "{spec.name}" ({col_list}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING RETURNING {pks}'
 
             columns = [[row[c] for row in rows] for c in cols]
-            delete = self._stmt(("d", spec.name), lambda: sa.delete(spec.table).where(self._pk_where()))
+            delete = self._stmt(("delete", spec.name), lambda: sa.delete(spec.table).where(self._pk_where()))
 
             async def run_pg(unit: Unit) -> Optional[Tuple[Any, ...]]:
                 inserted = [tuple(r) for r in await unit.fetch_sql(sql, columns)]
@@ -552,7 +552,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             rows = [spec.to_row(item, names) for item in items]
             if await deferring.batch.update(deferring, spec, names, keys, rows):  # type: ignore[union-attr]
                 return PENDING if returning else list(items)
-        stmt = self._stmt(("u", spec.name, names, returning), build)
+        stmt = self._stmt(("update", spec.name, names, returning), build)
 
         async def run(unit: Unit) -> Sequence[T]:
             if returning:
@@ -597,7 +597,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             rows = [spec.to_row(item) for item in items]
             if await deferring.batch.upsert(deferring, spec, names, keys, rows):  # type: ignore[union-attr]
                 return PENDING if returning else list(items)
-        stmt = self._stmt(("s", spec.name, names, returning), build)
+        stmt = self._stmt(("upsert", spec.name, names, returning), build)
 
         async def run(unit: Unit) -> Sequence[T]:
             if returning:
@@ -618,7 +618,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
             deferring, self._spec, [self._pk_values(item) for item in items]
         ):
             return
-        stmt = self._stmt(("d", self._spec.name), lambda: sa.delete(self._spec.table).where(self._pk_where()))
+        stmt = self._stmt(("delete", self._spec.name), lambda: sa.delete(self._spec.table).where(self._pk_where()))
 
         async def run(unit: Unit) -> None:
             for item in items:
@@ -658,7 +658,7 @@ class SqlQueue(_SqlPrimitive, Queue[str]):
         """Membership among not-yet-dequeued values (indexed)."""
         self._check(item)
         t = self._table
-        stmt = self._stmt(("qh",), lambda: sa.select(sa.exists().where(t.c.value == bp("v"))))
+        stmt = self._stmt(("queue_has_value",), lambda: sa.select(sa.exists().where(t.c.value == bp("v"))))
         return bool(await self._run(False, lambda u: _scalar(u, stmt, {"v": item})))
 
     @tracked("enqueue")
@@ -806,7 +806,7 @@ class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
                     index_elements=["key"], set_={"num": new}, where=t.c.num.is_not(None)
                 ).returning(t.c.num)
 
-            fast = self._stmt(("kf", op), build)
+            fast = self._stmt(("key_filter", op), build)
             rows = await self._run(True, lambda u: u.fetch(fast, {"k": str(key), "n": amount}))
             if rows:
                 return int(rows[0][0])
