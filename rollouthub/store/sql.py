@@ -20,13 +20,15 @@ import os
 import re
 import threading
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union, cast
 
 from rollouthub.types import Attempt, AttemptedRollout, Rollout
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import LightningStoreCapabilities, is_finished, paginated_json_from_items
+from .collection.base import LightningCollections
 from .collection.sql import SqlLightningCollections
+from .collection.sql_primitives import SqlCollection
 from .collection_based import CollectionBasedLightningStore, _attach, tracked
 
 __all__ = ["SqlLightningStore", "DEFAULT_DATABASE_PATH", "resolve_database_url"]
@@ -130,7 +132,7 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
 
     @tracked("_unlocked_many_rollouts_to_attempted_rollouts")
     async def _unlocked_many_rollouts_to_attempted_rollouts(
-        self, c: Any, rollouts: Sequence[Rollout]
+        self, c: LightningCollections, rollouts: Sequence[Rollout]
     ) -> List[Union[Rollout, AttemptedRollout]]:
         """Attach latest attempts with one ``rollout_id IN (...)`` query per 500 rollouts (not one per rollout)."""
         if len(rollouts) <= 1:
@@ -156,10 +158,11 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
         return paginated_json_from_items(items, limit, max(offset, 0), total)
 
     @tracked("_unlocked_get_running_rollouts")
-    async def _unlocked_get_running_rollouts(self, c: Any) -> List[AttemptedRollout]:
+    async def _unlocked_get_running_rollouts(self, c: LightningCollections) -> List[AttemptedRollout]:
         """Watchdog candidates: running rollouts that *have* a timeout or an unresponsiveness limit (the others can
         never be unhealthy), selected in SQL instead of loading every running rollout."""
-        rollouts = await c.rollouts.query_json_present(
+        rollouts_table = cast(SqlCollection[Rollout], c.rollouts)  # this store's units hold its SQL collections
+        rollouts = await rollouts_table.query_json_present(
             ["preparing", "running"], "config", ["timeout_seconds", "unresponsive_seconds"]
         )
         items = await self._unlocked_many_rollouts_to_attempted_rollouts(c, rollouts)
@@ -282,11 +285,13 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
                     await conn.close()
 
     @tracked("_unlocked_update_rollout_only")
-    async def _unlocked_update_rollout_only(self, c: Any, rollout: Rollout, updates: Dict[str, Any]) -> Rollout:
+    async def _unlocked_update_rollout_only(
+        self, c: LightningCollections, rollout: Rollout, updates: Dict[str, Any]
+    ) -> Rollout:
         """PostgreSQL: a rollout that reaches a terminal status ``NOTIFY``s the other processes' waiters, in the unit
         that writes the status (sent with its writes, delivered when it commits). SQLite relies on ``PRAGMA
         data_version``."""
         updated = await super()._unlocked_update_rollout_only(c, rollout, updates)
         if self.collections.dialect == "postgresql" and updated is not rollout and is_finished(updated):
-            await c.notify(self._channel, updated.rollout_id)
+            await cast(SqlLightningCollections, c).notify(self._channel, updated.rollout_id)
         return updated

@@ -30,6 +30,7 @@ from ..base import (
     is_finished,
     provided_fields,
 )
+from ..collection.base import LightningCollections
 from ..utils import (
     ROLLOUT_QUEUING_STATUSES,
     ROLLOUT_RUNNING_STATUSES,
@@ -68,7 +69,7 @@ class AttemptsMixin(StoreCore[T_collections]):
 
         sync_worker = bool(isinstance(worker_id, str) and worker_id) or not isinstance(status, Unset)
 
-        async def apply(c: Any) -> Tuple[Attempt, Optional[Rollout]]:
+        async def apply(c: LightningCollections) -> Tuple[Attempt, Optional[Rollout]]:
             attempt, changed = await self._unlocked_update_attempt_and_rollout(c, rollout_id, attempt_id, updates)
             if sync_worker:
                 await self._unlocked_sync_workers_with_attempts(c, [attempt])
@@ -81,7 +82,7 @@ class AttemptsMixin(StoreCore[T_collections]):
 
     @tracked("_unlocked_update_attempt_and_rollout")
     async def _unlocked_update_attempt_and_rollout(
-        self, c: Any, rollout_id: str, attempt_id: str, updates: Dict[str, Any]
+        self, c: LightningCollections, rollout_id: str, attempt_id: str, updates: Dict[str, Any]
     ) -> Tuple[Attempt, Optional[Rollout]]:
         """Inside a unit: update one attempt; when it is the latest, propagate its status to the rollout."""
         rollout, latest, target = await c.get_rollout_and_attempts(
@@ -182,7 +183,7 @@ class AttemptsMixin(StoreCore[T_collections]):
             return True
 
     @tracked("_unlocked_get_running_rollouts")
-    async def _unlocked_get_running_rollouts(self, c: Any) -> List[AttemptedRollout]:
+    async def _unlocked_get_running_rollouts(self, c: LightningCollections) -> List[AttemptedRollout]:
         """Inside a unit: ``preparing``/``running`` rollouts with their latest attempts."""
         page = await c.rollouts.query(filter={"status": {"within": list(ROLLOUT_RUNNING_STATUSES)}})
         out: List[AttemptedRollout] = []
@@ -200,7 +201,7 @@ class AttemptsMixin(StoreCore[T_collections]):
         if not candidates:
             return
 
-        async def apply(c: Any) -> Tuple[List[Rollout], List[Attempt]]:
+        async def apply(c: LightningCollections) -> Tuple[List[Rollout], List[Attempt]]:
             changed: List[Rollout] = []
             attempts: List[Attempt] = []
             rollouts = await self._unlocked_query_rollouts_by_rollout_ids(c, [rid for rid, _ in candidates])

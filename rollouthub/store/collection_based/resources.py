@@ -20,6 +20,7 @@ from rollouthub.types import (
     SortOptions,
 )
 
+from ..collection.base import LightningCollections
 from .core import (
     StoreCore,
     T_collections,
@@ -44,7 +45,7 @@ class ResourcesMixin(StoreCore[T_collections]):
         async with self._read("resources") as c:
             return await c.resources.get(sort={"name": "update_time", "order": "desc"})
 
-    async def _unlocked_get_latest_resources(self, c: Any) -> Optional[ResourcesUpdate]:
+    async def _unlocked_get_latest_resources(self, c: LightningCollections) -> Optional[ResourcesUpdate]:
         """Inside a unit: the latest snapshot (a backend may answer from a cache it validates when the unit
         writes: :meth:`~rollouthub.store.collection.base.LightningCollections.latest_resources`)."""
         return cast(Optional[ResourcesUpdate], await c.latest_resources())
@@ -87,7 +88,7 @@ class ResourcesMixin(StoreCore[T_collections]):
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
         """Upsert a snapshot by id."""
 
-        async def upsert(c: Any) -> ResourcesUpdate:
+        async def upsert(c: LightningCollections) -> ResourcesUpdate:
             now = time.time()
             existing = await c.resources.get(filter={"resources_id": {"exact": resources_id}})
             if existing is None:

@@ -39,6 +39,7 @@ from ..base import (
     provided_fields,
 )
 from ..collection.base import (
+    LightningCollections,
     PoppedRollout,
 )
 from ..utils import (
@@ -89,7 +90,9 @@ class RolloutsMixin(StoreCore[T_collections]):
             metadata=dict(metadata) if metadata is not None else {},
         )
 
-    async def _unlocked_resolve_resources_id(self, c: Any, resources_id: Optional[str]) -> Optional[str]:
+    async def _unlocked_resolve_resources_id(
+        self, c: LightningCollections, resources_id: Optional[str]
+    ) -> Optional[str]:
         """Inside a unit: ``resources_id``, or (``None``) the id of the latest resources snapshot."""
         if resources_id is not None:
             return resources_id
@@ -110,7 +113,7 @@ class RolloutsMixin(StoreCore[T_collections]):
         """Create a rollout with its first attempt (status ``preparing``), bypassing the queue."""
         now = time.time()
 
-        async def persist(c: Any) -> Tuple[Rollout, Attempt]:
+        async def persist(c: LightningCollections) -> Tuple[Rollout, Attempt]:
             resolved = await self._unlocked_resolve_resources_id(c, resources_id)
             rollout = self._build_rollout(input, mode, resolved, config, metadata, "preparing", now)
             attempt = Attempt(
@@ -183,7 +186,7 @@ class RolloutsMixin(StoreCore[T_collections]):
         """One unit: read the latest resources id (when ``needs_latest``), ``build(latest id)`` the rollouts, insert
         and queue them."""
 
-        async def persist(c: Any) -> List[Rollout]:
+        async def persist(c: LightningCollections) -> List[Rollout]:
             latest_id = await self._unlocked_resolve_resources_id(c, None) if needs_latest else None
             rollouts = build(latest_id)
             await c.rollouts.insert(rollouts)
@@ -226,7 +229,7 @@ class RolloutsMixin(StoreCore[T_collections]):
             generation = self._queue_generation
 
             async def pop_and_claim(
-                c: Any, want: int = want, nothing_yet: bool = nothing_yet
+                c: LightningCollections, want: int = want, nothing_yet: bool = nothing_yet
             ) -> Tuple[bool, List[AttemptedRollout]]:
                 popped = await c.dequeue_rollouts(want)
                 if not popped:
@@ -249,7 +252,7 @@ class RolloutsMixin(StoreCore[T_collections]):
 
     @tracked("_post_dequeue_rollouts")
     async def _post_dequeue_rollouts(
-        self, c: Any, popped: Sequence[PoppedRollout], worker_id: Optional[str]
+        self, c: LightningCollections, popped: Sequence[PoppedRollout], worker_id: Optional[str]
     ) -> List[AttemptedRollout]:
         """Inside a unit: create attempts for the popped rollouts that are still queuing."""
         now = time.time()
@@ -284,7 +287,7 @@ class RolloutsMixin(StoreCore[T_collections]):
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         """Create a new attempt outside the queue (ignores ``max_attempts``)."""
 
-        async def create(c: Any) -> AttemptedRollout:
+        async def create(c: LightningCollections) -> AttemptedRollout:
             rollout = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
             if rollout is None:
                 raise ValueError(f"Rollout {rollout_id} not found")
@@ -312,7 +315,9 @@ class RolloutsMixin(StoreCore[T_collections]):
     # ----------------------------------------------------------------------------------------------------------
 
     @tracked("_unlocked_query_rollouts_by_rollout_ids")
-    async def _unlocked_query_rollouts_by_rollout_ids(self, c: Any, rollout_ids: Sequence[str]) -> Dict[str, Rollout]:
+    async def _unlocked_query_rollouts_by_rollout_ids(
+        self, c: LightningCollections, rollout_ids: Sequence[str]
+    ) -> Dict[str, Rollout]:
         """Inside a unit: rollouts by id (one exact-key lookup each for small lists)."""
         unique = list(dict.fromkeys(rollout_ids))
         if len(unique) <= 8:
@@ -326,13 +331,13 @@ class RolloutsMixin(StoreCore[T_collections]):
         return {r.rollout_id: r for r in result.items}
 
     @tracked("_unlocked_get_latest_attempt")
-    async def _unlocked_get_latest_attempt(self, c: Any, rollout_id: str) -> Optional[Attempt]:
+    async def _unlocked_get_latest_attempt(self, c: LightningCollections, rollout_id: str) -> Optional[Attempt]:
         """Inside a unit: the attempt with the highest sequence id."""
         return await c.attempts.get(filter=_by_rollout(rollout_id), sort=_LATEST_FIRST)
 
     @tracked("_unlocked_many_rollouts_to_attempted_rollouts")
     async def _unlocked_many_rollouts_to_attempted_rollouts(
-        self, c: Any, rollouts: Sequence[Rollout]
+        self, c: LightningCollections, rollouts: Sequence[Rollout]
     ) -> List[Union[Rollout, AttemptedRollout]]:
         """Inside a unit: attach each rollout's latest attempt (backends may override with one query)."""
         out: List[Union[Rollout, AttemptedRollout]] = []
@@ -436,7 +441,7 @@ class RolloutsMixin(StoreCore[T_collections]):
             input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
         )
 
-        async def apply(c: Any) -> Rollout:
+        async def apply(c: LightningCollections) -> Rollout:
             existing = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
             if existing is None:
                 raise ValueError(f"Item does not exist with primary key(s): rollout_id='{rollout_id}'")
@@ -447,7 +452,9 @@ class RolloutsMixin(StoreCore[T_collections]):
         return updated
 
     @tracked("_unlocked_update_rollout_only")
-    async def _unlocked_update_rollout_only(self, c: Any, rollout: Rollout, updates: Dict[str, Any]) -> Rollout:
+    async def _unlocked_update_rollout_only(
+        self, c: LightningCollections, rollout: Rollout, updates: Dict[str, Any]
+    ) -> Rollout:
         """Inside a unit: validate and write rollout fields; re-enqueue on a change into a queuing status."""
         if "status" in updates and rollout_status_sets_end_time(updates["status"]):
             updates["end_time"] = time.time()

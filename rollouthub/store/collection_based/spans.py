@@ -32,6 +32,7 @@ from ..base import (
 )
 from ..collection.base import (
     DuplicatedPrimaryKeyError,
+    LightningCollections,
 )
 from ..domains import MAX_SEQUENCE_ID
 from ..utils import (
@@ -126,7 +127,7 @@ class SpansMixin(StoreCore[T_collections]):
             next_value[rollout_id] += 1
         return out
 
-    async def _unlocked_issue_sequence_ids(self, c: Any, counts: Dict[str, int]) -> Dict[str, int]:
+    async def _unlocked_issue_sequence_ids(self, c: LightningCollections, counts: Dict[str, int]) -> Dict[str, int]:
         """Inside a unit: bump each rollout's counter by its count; returns the first new id per rollout."""
         first: Dict[str, int] = {}
         for rollout_id, count in counts.items():
@@ -135,7 +136,7 @@ class SpansMixin(StoreCore[T_collections]):
         return first
 
     @tracked("_sync_span_sequence_id")
-    async def _unlocked_sync_span_sequence_id(self, c: Any, rollout_id: str, sequence_id: int) -> None:
+    async def _unlocked_sync_span_sequence_id(self, c: LightningCollections, rollout_id: str, sequence_id: int) -> None:
         """Inside a unit: raise the rollout's counter to at least ``sequence_id``.
 
         The counter is written only when needed (``KeyValue.raise_to``): spans whose ids were allocated by the store
@@ -216,14 +217,14 @@ class SpansMixin(StoreCore[T_collections]):
                 f"sequence_id {max_provided} is above the largest span sequence id {MAX_SEQUENCE_ID} (2^53 - 1)"
             )
 
-        async def assign_ids(c: Any) -> None:
+        async def assign_ids(c: LightningCollections) -> None:
             next_id = (await self._unlocked_issue_sequence_ids(c, {rollout_id: n_assign}))[rollout_id]
             for span, flag in zip(spans, assign or (), strict=True):
                 if flag:
                     span.sequence_id = next_id
                     next_id += 1
 
-        async def insert_and_beat(c: Any) -> Optional[Rollout]:
+        async def insert_and_beat(c: LightningCollections) -> Optional[Rollout]:
             rollout, attempt, latest = await self._unlocked_validate_rollout_and_attempt(c, rollout_id, attempt_id)
             if n_assign:
                 await assign_ids(c)
@@ -250,7 +251,7 @@ class SpansMixin(StoreCore[T_collections]):
         return inserted
 
     async def _unlocked_validate_rollout_and_attempt(
-        self, c: Any, rollout_id: str, attempt_id: str
+        self, c: LightningCollections, rollout_id: str, attempt_id: str
     ) -> Tuple[Rollout, Attempt, Optional[Attempt]]:
         """Inside a unit: the rollout, the attempt and -- when a heartbeat would promote the rollout, which only its
         latest attempt may do -- the latest attempt (else ``None``); ``ValueError`` when either does not exist.
@@ -289,14 +290,14 @@ class SpansMixin(StoreCore[T_collections]):
     async def _on_attempt_heartbeat(self, rollout_id: str, attempt_id: str) -> Optional[Rollout]:
         """The heartbeat in a unit of its own; returns the rollout when it was promoted to ``running``."""
 
-        async def beat(c: Any) -> Optional[Rollout]:
+        async def beat(c: LightningCollections) -> Optional[Rollout]:
             return await self._unlocked_on_attempt_heartbeat(c, rollout_id, attempt_id)
 
         return cast(Optional[Rollout], await self._commit(beat, "rollouts", "attempts"))
 
     async def _unlocked_on_attempt_heartbeat(
         self,
-        c: Any,
+        c: LightningCollections,
         rollout_id: str,
         attempt_id: str,
         rollout: Optional[Rollout] = None,

@@ -26,6 +26,7 @@ from ..base import (
     UNSET,
     Unset,
 )
+from ..collection.base import LightningCollections
 from ..utils import (
     worker_fields_for_attempt,
     worker_fields_for_empty_dequeue,
@@ -94,7 +95,7 @@ class WorkersMixin(StoreCore[T_collections]):
 
     @tracked("_unlocked_sync_worker_with_attempt")
     async def _unlocked_sync_workers_with_attempts(
-        self, c: Any, attempts: Sequence[Attempt], dequeue: bool = False
+        self, c: LightningCollections, attempts: Sequence[Attempt], dequeue: bool = False
     ) -> None:
         """Inside a unit: derive each attempt's worker status (busy/idle/unknown) and write only those fields."""
         now = time.time()
@@ -112,7 +113,7 @@ class WorkersMixin(StoreCore[T_collections]):
         async with self.collections.atomic(mode="w", labels=["workers"]) as c:
             await self._unlocked_sync_workers_with_attempts(c, attempts, dequeue)
 
-    async def _unlocked_dequeue_mark_worker_idle(self, c: Any, worker_id: str) -> None:
+    async def _unlocked_dequeue_mark_worker_idle(self, c: LightningCollections, worker_id: str) -> None:
         """Inside a unit: the empty-dequeue rule of the worker status machine."""
         existing = await c.workers.get(filter={"worker_id": {"exact": worker_id}})
         values = worker_fields_for_empty_dequeue(existing, time.time())
