@@ -83,7 +83,9 @@ KNOWN_CYCLES = [
         "rollouthub.store.collection.sql_batch",
         "rollouthub.store.collection.sql_compound",
         "rollouthub.store.collection.sql_engine",
+        "rollouthub.store.collection.sql_key_value",
         "rollouthub.store.collection.sql_primitives",
+        "rollouthub.store.collection.sql_queue",
     },
     # The LLM proxy's modules call each other at run time (proxy <-> engine <-> middleware <-> exporter).
     {

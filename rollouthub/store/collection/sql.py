@@ -60,7 +60,9 @@ from .base import (
 from .sql_batch import GuardConflict, NeedsTransaction
 from .sql_caches import QueueMirror
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
-from .sql_primitives import SqlCollection, SqlKeyValue, SqlQueue
+from .sql_key_value import SqlKeyValue
+from .sql_primitives import SqlCollection
+from .sql_queue import SqlQueue
 from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
 from .sql_sqlite import make_async_creator
 

@@ -1,17 +1,17 @@
-"""``SqlCollection``, ``SqlQueue`` and ``SqlKeyValue``: the storage primitives of the SQL backend.
+"""``SqlCollection``: the table primitive of the SQL backend, and the unit plumbing every SQL primitive shares
+(``SqlQueue`` lives in :mod:`.sql_queue`, ``SqlKeyValue`` in :mod:`.sql_key_value`).
 
 A primitive is either bound to a unit of work (it was reached through the collections object yielded by
 ``atomic()``/``execute()``) or unbound (reached through :class:`~.sql.SqlLightningCollections` directly), in which
 case every operation runs in a unit of its own. Statements are compiled once per shape (see :mod:`.sql_engine`).
 
-This module is longer than 800 lines because each write primitive keeps its deferred path (PostgreSQL commit units,
-:mod:`.sql_batch`) next to the immediate path it replaces, and the three primitives share one unit plumbing.
+Each write primitive keeps its deferred path (PostgreSQL commit units, :mod:`.sql_batch`) next to the immediate path
+it replaces.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from typing import (
     TYPE_CHECKING,
@@ -37,24 +37,21 @@ from rollouthub.types import FilterOptions, PaginatedResult, SortOptions
 from .base import (
     Collection,
     DuplicatedPrimaryKeyError,
-    KeyValue,
     NormalizedFilter,
-    Queue,
-    ensure_numeric,
     normalize_filter_options,
     primary_key_of_filter,
     resolve_sort,
     tracked,
 )
-from .sql_batch import PENDING, PG_ARRAY, NeedsTransaction
+from .sql_batch import PENDING, PG_ARRAY
 from .sql_engine import ACTIVE_UNIT, StatementCache, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
-from .sql_schema import TableSpec, json_dumps
+from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
     from .sql import SqlLightningCollections
 
-__all__ = ["SqlCollection", "SqlQueue", "SqlKeyValue"]
+__all__ = ["SqlCollection"]
 
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
@@ -98,7 +95,7 @@ class RowItems(Sequence[R]):
         return repr(self._materialize())
 
 
-class _SqlPrimitive:
+class SqlPrimitive:
     """Shared plumbing: run in the bound unit, or in a unit of its own; defer writes in units that batch them."""
 
     _backend: SqlLightningCollections
@@ -132,11 +129,22 @@ class _SqlPrimitive:
         return self._backend.stmts.get(key, build)
 
 
+async def fetch_scalar(unit: Unit, stmt: Any, values: Dict[str, Any]) -> Any:
+    """The first column of the first row a statement answers (``None`` when none), in ``unit``."""
+    rows = await unit.fetch(stmt, values)
+    return rows[0][0] if rows else None
+
+
+async def fetch_column(unit: Unit, stmt: Any, values: Dict[str, Any]) -> List[Any]:
+    """The first column of every row a statement answers, in ``unit``."""
+    return [r[0] for r in await unit.fetch(stmt, values)]
+
+
 def _pk_repr(spec: TableSpec, values: Sequence[Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in zip(spec.primary_keys, values, strict=False))
 
 
-class SqlCollection(_SqlPrimitive, Collection[T]):
+class SqlCollection(SqlPrimitive, Collection[T]):
     """A collection stored in one table; filters, sorts and pagination compile to SQL."""
 
     def __init__(self, backend: SqlLightningCollections, spec: TableSpec, unit: Optional[Unit] = None) -> None:
@@ -306,7 +314,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
     async def size(self) -> int:
         """Number of rows (``SELECT COUNT(*)``)."""
         stmt = self._count_stmt(None, (), None)
-        return int(await self._run(False, lambda u: _scalar(u, stmt, {})))
+        return int(await self._run(False, lambda u: fetch_scalar(u, stmt, {})))
 
     @tracked("query")
     async def query(
@@ -361,7 +369,7 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
                 items = [convert(r) for r in rows]
                 if (limit < 0 or len(items) < limit) and (items or offset == 0):
                     return items, offset + len(items)
-            return items, int(await _scalar(unit, self._count_stmt(marker, shape, nf), values))
+            return items, int(await fetch_scalar(unit, self._count_stmt(marker, shape, nf), values))
 
         return await self._run(False, run)
 
@@ -627,293 +635,3 @@ class SqlCollection(_SqlPrimitive, Collection[T]):
                     raise self._missing(key)
 
         await self._run(True, run)
-
-
-class SqlQueue(_SqlPrimitive, Queue[str]):
-    """A FIFO of strings: table ``rollout_queue(seq autoincrement, value)``; PostgreSQL pops with
-    ``FOR UPDATE SKIP LOCKED``."""
-
-    def __init__(self, backend: SqlLightningCollections, unit: Optional[Unit] = None) -> None:
-        super().__init__(tracker=backend.tracker)
-        self._backend = backend
-        self._unit = unit
-        self._table = backend.schema.queue
-        self._table_name = "rollout_queue"
-
-    @property
-    def collection_name(self) -> str:
-        return "rollout_queue"
-
-    def item_type(self) -> Type[str]:
-        """Queued values are strings (rollout ids)."""
-        return str
-
-    @staticmethod
-    def _check(item: Any) -> None:
-        if not isinstance(item, str):
-            raise TypeError(f"Expected str, got {type(item).__name__}")
-
-    @tracked("has")
-    async def has(self, item: str) -> bool:
-        """Membership among not-yet-dequeued values (indexed)."""
-        self._check(item)
-        t = self._table
-        stmt = self._stmt(("queue_has_value",), lambda: sa.select(sa.exists().where(t.c.value == bp("v"))))
-        return bool(await self._run(False, lambda u: _scalar(u, stmt, {"v": item})))
-
-    @tracked("enqueue")
-    async def enqueue(self, items: Sequence[str]) -> Sequence[str]:
-        """Append values in order (one bulk insert)."""
-        for item in items:
-            self._check(item)
-        if not items:
-            return []
-        values = list(items)
-        deferring = self._deferring()
-        if deferring is not None:
-            deferring.batch.enqueue(values)  # type: ignore[union-attr]
-            return values
-        if self._backend.dialect == "sqlite":
-            stmt = self._stmt(("qi",), lambda: sa.insert(self._table).values(value=bp("v")))
-
-            async def run_sqlite(unit: Unit) -> None:
-                await (await unit.driver()).call(lambda c: c.executemany(stmt[0], [(v,) for v in values]))
-
-            await self._run(True, run_sqlite)
-        else:
-            sql = (
-                "INSERT INTO rollout_queue (value) SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
-                "ORDER BY i"
-            )
-            await self._run(True, lambda u: u.fetch_sql(sql, [values]))
-        return values
-
-    @tracked("dequeue")
-    async def dequeue(self, limit: int = 1) -> Sequence[str]:
-        """Pop up to ``limit`` values from the head."""
-        if limit <= 0:
-            return []
-        t = self._table
-        pg = self._backend.dialect == "postgresql"
-
-        def build() -> Any:
-            head = sa.select(t.c.seq).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer()))
-            if pg:
-                head = head.with_for_update(skip_locked=True)
-            return sa.delete(t).where(t.c.seq.in_(head.scalar_subquery())).returning(t.c.seq, t.c.value)
-
-        stmt = self._stmt(("qd",), build)
-
-        async def run(unit: Unit) -> List[str]:
-            return [value for _, value in sorted(tuple(r) for r in await unit.fetch(stmt, {"lim": limit}))]
-
-        return await self._run(True, run)
-
-    @tracked("peek")
-    async def peek(self, limit: int = 1) -> Sequence[str]:
-        """The first ``limit`` values without removing them."""
-        if limit <= 0:
-            return []
-        t = self._table
-        stmt = self._stmt(("qp",), lambda: sa.select(t.c.value).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer())))
-        return await self._run(False, lambda u: _column(u, stmt, {"lim": limit}))
-
-    @tracked("size")
-    async def size(self) -> int:
-        """Number of queued values."""
-        stmt = self._stmt(("qn",), lambda: sa.select(sa.func.count()).select_from(self._table))
-        return int(await self._run(False, lambda u: _scalar(u, stmt, {})))
-
-
-class SqlKeyValue(_SqlPrimitive, KeyValue[str, Any]):
-    """A dictionary in table ``span_sequence_ids(key, num, value)``: integers live in ``num`` so that ``inc`` and
-    ``chmax`` are one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``; other values are JSON in ``value``."""
-
-    def __init__(self, backend: SqlLightningCollections, unit: Optional[Unit] = None) -> None:
-        super().__init__(tracker=backend.tracker)
-        self._backend = backend
-        self._unit = unit
-        self._table = backend.schema.kv
-        self._table_name = "span_sequence_ids"
-
-    @property
-    def collection_name(self) -> str:
-        return "span_sequence_ids"
-
-    def _decode(self, row: Any) -> Any:
-        if row[0] is not None:
-            return int(row[0])
-        if row[1] is None:
-            return None
-        return json.loads(row[1])
-
-    @staticmethod
-    def _encode(key: Any, value: Any) -> Dict[str, Any]:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return {"k": str(key), "n": value, "v": None}
-        return {"k": str(key), "n": None, "v": json_dumps(value)}
-
-    def _where_key(self) -> Any:
-        return self._table.c.key == bp("k")
-
-    def _set_stmt(self) -> Any:
-        t = self._table
-
-        def build() -> Any:
-            ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=bp("v"))
-            return ins.on_conflict_do_update(
-                index_elements=["key"], set_={"num": ins.excluded.num, "value": ins.excluded.value}
-            )
-
-        return self._stmt(("ks",), build)
-
-    @tracked("has")
-    async def has(self, key: str) -> bool:
-        """Whether ``key`` is present."""
-        stmt = self._stmt(("kh",), lambda: sa.select(sa.exists().where(self._where_key())))
-        return bool(await self._run(False, lambda u: _scalar(u, stmt, {"k": str(key)})))
-
-    @tracked("get")
-    async def get(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
-        """Value of ``key`` or ``default``."""
-        t = self._table
-        stmt = self._stmt(("kg",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
-        rows = await self._run(False, lambda u: u.fetch(stmt, {"k": str(key)}))
-        return default if not rows else self._decode(rows[0])
-
-    @tracked("set")
-    async def set(self, key: str, value: Any) -> None:
-        """Store ``value`` under ``key`` (upsert)."""
-        stmt = self._set_stmt()
-        await self._run(True, lambda u: u.execute(stmt, self._encode(key, value)))
-
-    async def _numeric_update(self, key: str, amount: Any, op: str) -> Any:
-        ensure_numeric(amount, description="amount" if op == "inc" else "value")
-        t = self._table
-        if isinstance(amount, int):
-            pg = self._backend.dialect == "postgresql"
-            deferring = self._deferring()
-            if op == "inc" and deferring is not None and deferring.optimistic:
-                return await self._optimistic_inc(deferring, str(key), amount)
-
-            def build() -> Any:
-                ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
-                if op == "inc":
-                    new = t.c.num + ins.excluded.num
-                else:
-                    new = (sa.func.greatest if pg else sa.func.max)(t.c.num, ins.excluded.num)
-                return ins.on_conflict_do_update(
-                    index_elements=["key"], set_={"num": new}, where=t.c.num.is_not(None)
-                ).returning(t.c.num)
-
-            fast = self._stmt(("key_filter", op), build)
-            rows = await self._run(True, lambda u: u.fetch(fast, {"k": str(key), "n": amount}))
-            if rows:
-                return int(rows[0][0])
-        select = self._stmt(("kg",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
-        select_locked = self._stmt(
-            ("kgl",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()).with_for_update()
-        )
-        set_stmt = self._set_stmt()
-
-        async def slow(unit: Unit) -> Any:
-            rows = await unit.fetch(select_locked if unit.for_update else select, {"k": str(key)})
-            if not rows:
-                new_value = amount
-            else:
-                current = ensure_numeric(self._decode(rows[0]), description="existing value")
-                new_value = current + amount if op == "inc" else max(current, amount)
-            await unit.execute(set_stmt, self._encode(key, new_value))
-            return new_value
-
-        if self._unit is not None:
-            return await slow(self._unit)
-        async with self._backend._unit_scope(write=True, snapshot=False, commit=True) as own:
-            return await slow(own)
-
-    async def _optimistic_inc(self, unit: Unit, key: str, amount: int) -> int:
-        """``inc`` in an optimistic unit: read the counter with its version, defer the write of ``value + amount``
-        guarded by that version (a concurrent bump re-runs the unit); a missing counter is created by the deferred
-        writes (a concurrent creation re-runs the unit). A non-integer value needs a transaction
-        (:class:`~.sql_batch.NeedsTransaction`, not remembered: it concerns this key only)."""
-        batch = unit.batch
-        assert batch is not None
-        await batch.before_statement(unit, (self._table_name,), False)
-        t = self._table
-        stmt = self._stmt(
-            ("kgv",),
-            lambda: sa.select(t.c.num, sa.literal_column("span_sequence_ids.xmin::text")).where(self._where_key()),
-        )
-        rows = await unit.fetch(stmt, {"k": key})
-        if not rows:
-            await batch.set_counter(unit, key, amount, None)
-            return amount
-        if rows[0][0] is None:
-            raise NeedsTransaction(remember=False)
-        value = int(rows[0][0]) + amount
-        await batch.set_counter(unit, key, value, rows[0][1])
-        return value
-
-    @tracked("inc")
-    async def inc(self, key: str, amount: Any) -> Any:
-        """Add ``amount`` atomically (missing key -> ``amount``); returns the new value."""
-        return await self._numeric_update(key, amount, "inc")
-
-    @tracked("chmax")
-    async def chmax(self, key: str, value: Any) -> Any:
-        """Store ``max(existing, value)`` atomically (missing key -> ``value``); returns the stored value."""
-        return await self._numeric_update(key, value, "chmax")
-
-    @tracked("raise_to")
-    async def raise_to(self, key: str, value: Any) -> None:
-        """SQLite, integer ``value``: one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE num < value`` (the write lock is
-        held by the unit anyway, and a false condition writes nothing). PostgreSQL and other values: read first, then
-        :meth:`chmax` only when needed (a conditional upsert would still lock the row there)."""
-        ensure_numeric(value, description="value")
-        if self._backend.dialect != "sqlite" or not isinstance(value, int):
-            deferring = self._deferring()
-            if deferring is None or not isinstance(value, int):
-                await super().raise_to(key, value)
-                return
-            current = await self.get(key)  # read (no lock): only raise when needed; a non-number fails here
-            if current is None or ensure_numeric(current, description="existing value") < value:
-                deferring.batch.raise_to(str(key), value)  # type: ignore[union-attr]
-            return
-        t = self._table
-
-        def build() -> Any:
-            ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
-            # A stored non-integer (num IS NULL) is selected too, and left unchanged: RETURNING then says so.
-            return ins.on_conflict_do_update(
-                index_elements=["key"],
-                set_={"num": sa.case((t.c.num.is_(None), None), else_=ins.excluded.num)},
-                where=sa.or_(t.c.num.is_(None), t.c.num < ins.excluded.num),
-            ).returning(t.c.num)
-
-        stmt = self._stmt(("kr",), build)
-        rows = await self._run(True, lambda u: u.fetch(stmt, {"k": str(key), "n": value}))
-        if rows and rows[0][0] is None:
-            ensure_numeric(await self.get(key), description="existing value")
-
-    @tracked("pop")
-    async def pop(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
-        """Remove ``key`` and return its value, or ``default``."""
-        t = self._table
-        stmt = self._stmt(("kp",), lambda: sa.delete(t).where(self._where_key()).returning(t.c.num, t.c.value))
-        rows = await self._run(True, lambda u: u.fetch(stmt, {"k": str(key)}))
-        return default if not rows else self._decode(rows[0])
-
-    @tracked("size")
-    async def size(self) -> int:
-        """Number of keys."""
-        stmt = self._stmt(("kn",), lambda: sa.select(sa.func.count()).select_from(self._table))
-        return int(await self._run(False, lambda u: _scalar(u, stmt, {})))
-
-
-async def _scalar(unit: Unit, stmt: Any, values: Dict[str, Any]) -> Any:
-    rows = await unit.fetch(stmt, values)
-    return rows[0][0] if rows else None
-
-
-async def _column(unit: Unit, stmt: Any, values: Dict[str, Any]) -> List[Any]:
-    return [r[0] for r in await unit.fetch(stmt, values)]
