@@ -27,6 +27,7 @@ from rollouthub.types import (
     Worker,
     WorkerStatus,
 )
+from rollouthub.types.queries import SpanQuery, WorkerQuery
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -459,7 +460,32 @@ class LightningStore:
         sort_by: str | None = "sequence_id",
         sort_order: Literal["asc", "desc"] = "asc",
     ) -> PaginatedResult[Span]:
-        """Query the spans of a rollout (optionally one attempt, or ``"latest"``)."""
+        """Query the spans of a rollout (optionally one attempt, or ``"latest"``).
+
+        Builds the :class:`~rollouthub.types.queries.SpanQuery` of the keyword arguments and answers it with
+        :meth:`_query_spans`, which a store implements (a store may also override this method as a whole).
+        """
+        query = SpanQuery.of(
+            trace_id=trace_id,
+            trace_id_contains=trace_id_contains,
+            span_id=span_id,
+            span_id_contains=span_id_contains,
+            parent_id=parent_id,
+            parent_id_contains=parent_id_contains,
+            name=name,
+            name_contains=name_contains,
+            filter_logic=filter_logic,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+        return await self._query_spans(rollout_id, attempt_id, query)
+
+    async def _query_spans(
+        self, rollout_id: str, attempt_id: str | Literal["latest"] | None, query: SpanQuery
+    ) -> PaginatedResult[Span]:
+        """Answer a span query (see :meth:`query_spans`)."""
         raise NotImplementedError()
 
     async def query_spans_json(
@@ -509,7 +535,21 @@ class LightningStore:
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[Worker]:
-        """Query workers."""
+        """Query workers: builds the :class:`~rollouthub.types.queries.WorkerQuery` of the keyword arguments and
+        answers it with :meth:`_query_workers`, which a store implements."""
+        query = WorkerQuery.of(
+            status_in=status_in,
+            worker_id_contains=worker_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return await self._query_workers(query)
+
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
+        """Answer a worker query (see :meth:`query_workers`)."""
         raise NotImplementedError()
 
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:

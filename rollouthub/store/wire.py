@@ -18,8 +18,8 @@ from rollouthub.types import (
     RolloutMode,
     RolloutStatus,
     TaskInput,
-    WorkerStatus,
 )
+from rollouthub.types.queries import SpanQuery, WorkerQuery
 
 from .domains import check_value
 
@@ -135,36 +135,19 @@ class QueryResourcesRequest(StoreRequest):
     sort_order: Literal["asc", "desc"] = "asc"
 
 
-class QuerySpansRequest(StoreRequest):
-    """Body of ``POST /v1/agl/spans/search``."""
+class QuerySpansRequest(StoreRequest, SpanQuery):
+    """Body of ``POST /v1/agl/spans/search``: the rollout (and attempt) and a :class:`SpanQuery`."""
 
     rollout_id: str
     attempt_id: Optional[str] = None
-    trace_id: Optional[str] = None
-    trace_id_contains: Optional[str] = None
-    span_id: Optional[str] = None
-    span_id_contains: Optional[str] = None
-    parent_id: Optional[str] = None
-    parent_id_contains: Optional[str] = None
-    name: Optional[str] = None
-    name_contains: Optional[str] = None
-    filter_logic: Literal["and", "or"] = "and"
-    limit: int = -1
-    offset: int = 0
-    sort_by: Optional[str] = "sequence_id"
-    sort_order: Literal["asc", "desc"] = "asc"
+
+    def query(self) -> SpanQuery:
+        """The span query of the request."""
+        return SpanQuery.model_construct(**{name: getattr(self, name) for name in SpanQuery.model_fields})
 
 
-class QueryWorkersRequest(StoreRequest):
-    """Body of ``POST /v1/agl/workers/search``."""
-
-    status_in: Optional[List[WorkerStatus]] = None
-    worker_id_contains: Optional[str] = None
-    limit: int = -1
-    offset: int = 0
-    sort_by: Optional[str] = None
-    sort_order: Literal["asc", "desc"] = "asc"
-    filter_logic: Literal["and", "or"] = "and"
+class QueryWorkersRequest(StoreRequest, WorkerQuery):
+    """Body of ``POST /v1/agl/workers/search``: a :class:`WorkerQuery`."""
 
 
 class WaitForRolloutsRequest(StoreRequest):

@@ -36,8 +36,8 @@ from rollouthub.types import (
     Span,
     TaskInput,
     Worker,
-    WorkerStatus,
 )
+from rollouthub.types.queries import SpanQuery, WorkerQuery
 
 from ..base import (
     UNSET,
@@ -578,51 +578,18 @@ class LightningStoreClient(HttpTransport, LightningStore):
         """Allocate one id per pair, sequentially and in input order."""
         return [await self.get_next_span_sequence_id(rid, aid) for rid, aid in rollout_attempt_ids]
 
-    async def query_spans(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
+    async def _query_spans(
+        self, rollout_id: str, attempt_id: str | Literal["latest"] | None, query: SpanQuery
     ) -> PaginatedResult[Span]:
         """Query the spans of a rollout (``POST /spans/search``)."""
-        body: Dict[str, Any] = {
-            "rollout_id": rollout_id,
-            "limit": _wire_limit(limit),
-            "offset": offset,
-            "filter_logic": filter_logic,
-        }
+        body: Dict[str, Any] = {"rollout_id": rollout_id, **query.model_dump(exclude_none=True)}
+        body["limit"] = _wire_limit(query.limit)
         if attempt_id is not None:
             body["attempt_id"] = attempt_id
-        for key, value in (
-            ("trace_id", trace_id),
-            ("trace_id_contains", trace_id_contains),
-            ("span_id", span_id),
-            ("span_id_contains", span_id_contains),
-            ("parent_id", parent_id),
-            ("parent_id_contains", parent_id_contains),
-            ("name", name),
-            ("name_contains", name_contains),
-        ):
-            if value is not None:
-                body[key] = value
-        if sort_by is not None:
-            body["sort_by"] = sort_by
-            body["sort_order"] = sort_order
+        if query.sort_by is None:  # unsorted: the server's default order (by sequence id) applies
+            body.pop("sort_order")
         data = await self._request_json("post", "/spans/search", json=body)
-        return _page(data, Span.model_validate, limit)
+        return _page(data, Span.model_validate, query.limit)
 
     # -- waiting -------------------------------------------------------------------------------------------------------
 
@@ -643,28 +610,16 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     # -- workers -------------------------------------------------------------------------------------------------------
 
-    async def query_workers(
-        self,
-        *,
-        status_in: Sequence[WorkerStatus] | None = None,
-        worker_id_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        sort_by: str | None = None,
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Worker]:
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
         """Query workers (``POST /workers/search``; ``limit``/``offset`` are forwarded, which the reference client did not do)."""
-        body: Dict[str, Any] = {"filter_logic": filter_logic, "limit": _wire_limit(limit), "offset": offset}
-        if status_in is not None:
-            body["status_in"] = list(status_in)
-        if worker_id_contains is not None:
-            body["worker_id_contains"] = worker_id_contains
-        if sort_by is not None:
-            body["sort_by"] = sort_by
-            body["sort_order"] = sort_order
+        body: Dict[str, Any] = query.model_dump(exclude_none=True)
+        body["limit"] = _wire_limit(query.limit)
+        if query.status_in is not None:
+            body["status_in"] = list(query.status_in)
+        if query.sort_by is None:  # unsorted: no order is sent
+            body.pop("sort_order")
         data = await self._request_json("post", "/workers/search", json=body)
-        return _page(data, Worker.model_validate, limit)
+        return _page(data, Worker.model_validate, query.limit)
 
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:
         """One worker or ``None`` (errors are raised)."""

@@ -9,7 +9,6 @@ from typing import (
     Dict,
     List,
     Literal,
-    NamedTuple,
     Optional,
     Sequence,
     Tuple,
@@ -24,6 +23,7 @@ from rollouthub.types import (
     SortOptions,
     Span,
 )
+from rollouthub.types.queries import SpanQuery
 
 from ..base import (
     check_assign_flags,
@@ -48,51 +48,6 @@ from .core import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-class _SpanQuery(NamedTuple):
-    """The optional part of a span query: pooled ``exact``/``contains`` conditions, sort and page."""
-
-    conditions: Dict[str, Dict[str, Any]]
-    filter_logic: str
-    sort: Optional[SortOptions]
-    limit: int
-    offset: int
-
-    @staticmethod
-    def build(
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
-    ) -> _SpanQuery:
-        """From the keyword arguments (and defaults) of ``query_spans``."""
-        conditions: Dict[str, Dict[str, Any]] = {}
-        for field, exact, contains in (
-            ("trace_id", trace_id, trace_id_contains),
-            ("span_id", span_id, span_id_contains),
-            ("parent_id", parent_id, parent_id_contains),
-            ("name", name, name_contains),
-        ):
-            ops: Dict[str, Any] = {}
-            if exact is not None:
-                ops["exact"] = exact
-            if contains is not None:
-                ops["contains"] = contains
-            if ops:
-                conditions[field] = ops
-        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
-        return _SpanQuery(conditions, filter_logic, sort, limit, offset)
 
 
 class SpansMixin(StoreCore[T_collections]):
@@ -334,45 +289,14 @@ class SpansMixin(StoreCore[T_collections]):
 
     @tracked("query_spans")
     @healthcheck_before
-    async def query_spans(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
+    async def _query_spans(
+        self, rollout_id: str, attempt_id: str | Literal["latest"] | None, query: SpanQuery
     ) -> PaginatedResult[Span]:
         """Spans of a rollout; the scope (rollout, attempt) is always ANDed, optional filters pooled."""
-        query = _SpanQuery.build(
-            trace_id=trace_id,
-            trace_id_contains=trace_id_contains,
-            span_id=span_id,
-            span_id_contains=span_id_contains,
-            parent_id=parent_id,
-            parent_id_contains=parent_id_contains,
-            name=name,
-            name_contains=name_contains,
-            filter_logic=filter_logic,
-            limit=limit,
-            offset=offset,
-            sort_by=sort_by,
-            sort_order=sort_order,
-        )
         filters = await self._span_scope(rollout_id, attempt_id, query)
         if filters is None:
-            return PaginatedResult(items=[], limit=limit, offset=offset, total=0)
-        return await self._query_spans_unit(rollout_id, filters, query.sort, limit, offset)
+            return PaginatedResult(items=[], limit=query.limit, offset=query.offset, total=0)
+        return await self._query_spans_unit(rollout_id, filters, query.sort(), query.limit, query.offset)
 
     @tracked("query_spans_json")
     @healthcheck_before
@@ -381,14 +305,14 @@ class SpansMixin(StoreCore[T_collections]):
     ) -> bytes:
         """:meth:`query_spans` (same keyword arguments) as the JSON bytes of its page (the backend may build them
         without span models)."""
-        query = _SpanQuery.build(**filters)
+        query = SpanQuery.of(**filters)
         scope = await self._span_scope(rollout_id, attempt_id, query)
         if scope is None:
             return paginated_json_from_items([], query.limit, query.offset, 0)
-        return await self._query_spans_json_unit(rollout_id, scope, query.sort, query.limit, query.offset)
+        return await self._query_spans_json_unit(rollout_id, scope, query.sort(), query.limit, query.offset)
 
     async def _span_scope(
-        self, rollout_id: str, attempt_id: Optional[str], query: _SpanQuery
+        self, rollout_id: str, attempt_id: Optional[str], query: SpanQuery
     ) -> Optional[FilterOptions]:
         """The filter of a span query: the rollout (and attempt) scope ANDed with the query's pooled conditions;
         ``None`` when ``attempt_id="latest"`` and the rollout has no attempt."""
@@ -401,8 +325,9 @@ class SpansMixin(StoreCore[T_collections]):
         must: Dict[str, Any] = {"rollout_id": {"exact": rollout_id}}
         if attempt_id is not None:
             must["attempt_id"] = {"exact": attempt_id}
-        filters: FilterOptions = {"_must": must, **query.conditions}
-        if query.conditions:
+        conditions = query.conditions()
+        filters: FilterOptions = {"_must": must, **conditions}
+        if conditions:
             filters["_aggregate"] = query.filter_logic
         return filters
 

@@ -7,8 +7,6 @@ import time
 from typing import (
     Any,
     Dict,
-    Literal,
-    Optional,
     Sequence,
     cast,
 )
@@ -17,10 +15,9 @@ from rollouthub.types import (
     Attempt,
     FilterOptions,
     PaginatedResult,
-    SortOptions,
     Worker,
-    WorkerStatus,
 )
+from rollouthub.types.queries import WorkerQuery
 
 from ..base import (
     UNSET,
@@ -50,28 +47,19 @@ class WorkersMixin(StoreCore[T_collections]):
 
     @tracked("query_workers")
     @healthcheck_before
-    async def query_workers(
-        self,
-        *,
-        status_in: Sequence[WorkerStatus] | None = None,
-        worker_id_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        sort_by: str | None = None,
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Worker]:
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
         """Query workers."""
         filters: FilterOptions = {}
-        if status_in is not None:
-            filters["status"] = {"within": list(status_in)}
-        if worker_id_contains is not None:
-            filters["worker_id"] = {"contains": worker_id_contains}
+        if query.status_in is not None:
+            filters["status"] = {"within": list(query.status_in)}
+        if query.worker_id_contains is not None:
+            filters["worker_id"] = {"contains": query.worker_id_contains}
         if filters:
-            filters["_aggregate"] = filter_logic
-        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
+            filters["_aggregate"] = query.filter_logic
         async with self._read("workers") as c:
-            return await c.workers.query(filter=filters or None, sort=sort, limit=limit, offset=offset)
+            return await c.workers.query(
+                filter=filters or None, sort=query.sort(), limit=query.limit, offset=query.offset
+            )
 
     @tracked("get_worker_by_id")
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:

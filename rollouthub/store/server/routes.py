@@ -27,6 +27,7 @@ from rollouthub.types import (
     Worker,
     WorkerStatus,
 )
+from rollouthub.types.queries import WorkerQuery
 
 from .. import wire
 from ..base import UNSET, paginated_json
@@ -305,15 +306,8 @@ async def update_attempt(call: Call) -> bytes:
 
 async def _workers(call: Call, q: Any, status_in: Any) -> bytes:
     _pagination_of(Worker, q)
-    result = await call.server.query_workers(
-        status_in=status_in,
-        worker_id_contains=q.worker_id_contains,
-        filter_logic=q.filter_logic,
-        sort_by=q.sort_by,
-        sort_order=q.sort_order,
-        limit=q.limit,
-        offset=q.offset,
-    )
+    arguments = {name: getattr(q, name) for name in WorkerQuery.model_fields}
+    result = await call.server.query_workers(**{**arguments, "status_in": status_in})
     return paginated_json(result)
 
 
@@ -407,21 +401,7 @@ async def add_span(call: Call) -> bytes:
 async def _spans(call: Call, request: QuerySpansRequest) -> bytes:
     _pagination_of(Span, request)
     return await call.server.query_spans_json(  # type: ignore[no-any-return]
-        request.rollout_id,
-        request.attempt_id,
-        trace_id=request.trace_id,
-        trace_id_contains=request.trace_id_contains,
-        span_id=request.span_id,
-        span_id_contains=request.span_id_contains,
-        parent_id=request.parent_id,
-        parent_id_contains=request.parent_id_contains,
-        name=request.name,
-        name_contains=request.name_contains,
-        filter_logic=request.filter_logic,
-        limit=request.limit,
-        offset=request.offset,
-        sort_by=request.sort_by,
-        sort_order=request.sort_order,
+        request.rollout_id, request.attempt_id, **dict(request.query())
     )
 
 
