@@ -121,3 +121,60 @@ async def test_otlp_failure_is_reported() -> None:
     exporter = LightningSpanExporter(_store=Unreachable())
     assert await exporter.export_async(request_spans("r", "a", "1")) == SpanExportResult.FAILURE
     assert await asyncio.to_thread(exporter.export, request_spans("r", "a", "1")) == SpanExportResult.FAILURE
+
+
+async def test_concurrent_otlp_writes_are_group_committed(store: InMemoryLightningStore) -> None:
+    """Concurrent writers share OTLP requests, and each returns only once its own spans are stored."""
+    import aiohttp
+
+    server = LightningStoreServer(store, host="127.0.0.1", port=pick_free_port())
+    await server.start()
+    requests: List[str] = []
+
+    async def on_request_start(session: Any, context: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        requests.append(str(params.url))
+
+    trace_config = aiohttp.TraceConfig()
+    trace_config.on_request_start.append(on_request_start)
+    session = aiohttp.ClientSession(trace_configs=[trace_config])
+    try:
+        rollouts = [await server.start_rollout({"i": i}) for i in range(4)]
+        exporter = LightningSpanExporter(_store=server)
+
+        async def write(index: int) -> bool:
+            rollout = rollouts[index % 4]
+            rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+            result = await exporter.export_async(request_spans(rid, aid, str(index + 1)), session=session)
+            stored = await server.query_spans(rid)
+            return result == SpanExportResult.SUCCESS and sum(s.sequence_id == index + 1 for s in stored) == 3
+
+        assert all(await asyncio.gather(*(write(i) for i in range(24))))
+        assert 1 <= len(requests) < 24  # grouped: fewer requests than writers
+        for rollout in rollouts:
+            stored = await server.query_spans(rollout.rollout_id)
+            assert len(stored) == 18
+            assert {s.resource.attributes["agentlightning.rollout_id"] for s in stored} == {rollout.rollout_id}
+            assert {s.resource.attributes["agentlightning.attempt_id"] for s in stored} == {rollout.attempt.attempt_id}
+            by_sequence: Dict[int, set[str]] = {}
+            for span in stored:
+                by_sequence.setdefault(span.sequence_id, set()).add(span.trace_id)
+            assert all(len(traces) == 1 for traces in by_sequence.values())  # one request subtree per sequence id
+    finally:
+        await session.close()
+        await server.stop()
+
+
+async def test_a_failed_group_commit_fails_every_writer() -> None:
+    port = pick_free_port()
+
+    class Unreachable(InMemoryLightningStore):
+        @property
+        def capabilities(self) -> LightningStoreCapabilities:
+            return LightningStoreCapabilities(thread_safe=True, async_safe=True, otlp_traces=True)
+
+        def otlp_traces_endpoint(self) -> str:
+            return f"http://127.0.0.1:{port}/v1/traces"
+
+    exporter = LightningSpanExporter(_store=Unreachable())
+    results = await asyncio.gather(*(exporter.export_async(request_spans("r", "a", str(i))) for i in range(8)))
+    assert results == [SpanExportResult.FAILURE] * 8
