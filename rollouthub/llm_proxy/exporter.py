@@ -179,10 +179,15 @@ class LightningSpanExporter(SpanExporter):
             )
             return None
         headers: Dict[str, Any] = {}
+        seen: set[str] = set()  # the spans of one request carry the same headers string: parse it once
         for span in subtree:
             value = (span.attributes or {}).get(HEADERS_ATTRIBUTE)
             if value is None:
                 continue
+            if isinstance(value, str) and value.strip():
+                if value in seen:
+                    continue
+                seen.add(value)
             parsed = _parse_headers(value, span.name)
             if parsed:
                 headers.update(parsed)
