@@ -178,3 +178,45 @@ async def test_a_failed_group_commit_fails_every_writer() -> None:
     exporter = LightningSpanExporter(_store=Unreachable())
     results = await asyncio.gather(*(exporter.export_async(request_spans("r", "a", str(i))) for i in range(8)))
     assert results == [SpanExportResult.FAILURE] * 8
+
+
+async def test_group_committed_otlp_spans_equal_the_direct_conversion() -> None:
+    """Subtrees stored through the batched OTLP path equal what ``add_many_spans`` would store for them."""
+    from rollouthub.types import Span
+
+    server = LightningStoreServer(InMemoryLightningStore(thread_safe=True), host="127.0.0.1", port=pick_free_port())
+    await server.start()
+    try:
+        rollout = await server.start_rollout({"x": 1})
+        rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+        subtrees = [
+            request_spans(rid, aid, str(i), {"gen_ai.prompt.0.content": f"q{i}", "n": i, "ids": [1, 2, i]})
+            for i in range(1, 6)
+        ]
+        expected = [
+            Span.from_opentelemetry(span, rollout_id=rid, attempt_id=aid, sequence_id=i)
+            for i, spans in enumerate(subtrees, start=1)
+            for span in spans
+        ]
+        exporter = LightningSpanExporter()
+        results = await asyncio.gather(*(exporter.export_async(spans, store=server) for spans in subtrees))
+        assert results == [SpanExportResult.SUCCESS] * 5
+
+        def content(span: Span) -> Any:
+            return (
+                span.sequence_id,
+                span.trace_id,
+                span.span_id,
+                span.parent_id,
+                span.name,
+                span.status,
+                {k: list(v) if isinstance(v, tuple) else v for k, v in span.attributes.items()},  # OTel keeps tuples
+                span.start_time,
+                span.end_time,
+            )
+
+        stored = sorted(map(content, await server.query_spans(rid)), key=repr)
+        want = sorted(map(content, expected), key=repr)
+        assert len(stored) == 15 and stored == want
+    finally:
+        await server.stop()
