@@ -14,7 +14,8 @@ concurrent worker) and the same number directly to the mock, and reports per cal
 After each run the spans of the proxied calls are counted (3 per call) so a faster proxy cannot lose spans.
 
 ``--base DIR`` runs the same measurements with the proxy of another checkout (e.g. a copy of main) in the same run,
-after this tree (store server and mock still from this tree), and prints both tables and their ratios. Examples::
+alternating with this tree (store server and mock still from this tree), and prints both tables and their ratios; with
+``--rounds N`` the trees alternate N times and the medians are reported. Examples::
 
     python benchmarks/llm_proxy.py --calls 400
     python benchmarks/llm_proxy.py --calls 400 --base /tmp/proxy-base --json-out proxy.jsonl
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -313,6 +315,31 @@ def print_rows(rows: Sequence[Row], header: bool = True) -> None:
         )
 
 
+def median_rows(runs: Sequence[Row]) -> List[Row]:
+    """One row per (tree, concurrency, mode): the median of every figure over the rounds."""
+    groups: Dict[Tuple[str, int, bool], List[Row]] = {}
+    for r in runs:
+        groups.setdefault((r.tree, r.concurrency, r.stream), []).append(r)
+    rows = []
+    for (tree, concurrency, stream), group in groups.items():
+        figures = {
+            name: statistics.median(getattr(r, name) for r in group)
+            for name in Row.__dataclass_fields__
+            if name not in ("tree", "concurrency", "stream", "calls", "spans_ok")
+        }
+        rows.append(
+            Row(
+                tree=tree,
+                concurrency=concurrency,
+                stream=stream,
+                calls=group[0].calls,
+                spans_ok=all(r.spans_ok for r in group),
+                **figures,
+            )
+        )
+    return rows
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (plain-text help)."""
     from rollouthub.cli import plain_text
@@ -321,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=int, default=400, help="calls per (concurrency, mode) and path (default 400)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrent callers (1 16 64)")
     p.add_argument("--mode", choices=["plain", "stream", "both"], default="both", help="non-streaming, streaming")
+    p.add_argument("--rounds", type=int, default=1, help="rounds, alternating the trees; medians reported (1)")
     p.add_argument("--base", default=None, help="another checkout to measure in the same run (e.g. main)")
     p.add_argument("--json-out", default=None, help="append the rows as JSON lines to this file")
     p.add_argument("--role", choices=["mock", "proxy"], default=None, help=argparse.SUPPRESS)
@@ -341,10 +369,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     modes = {"plain": [False], "stream": [True], "both": [False, True]}[args.mode]
     trees = [("this", REPO)] + ([("base", os.path.abspath(args.base))] if args.base else [])
     print(HEADER)
-    rows: List[Row] = []
-    for name, tree in trees:
-        rows += asyncio.run(measure(name, tree, args.concurrency, args.calls, modes))
-    print("\nms per call; added = proxied minus direct percentile")
+    runs: List[Row] = []
+    for _ in range(args.rounds):  # trees alternate round by round, so background load hits both alike
+        for name, tree in trees:
+            runs += asyncio.run(measure(name, tree, args.concurrency, args.calls, modes))
+    rows = median_rows(runs)
+    print(f"\nmedian of {args.rounds} round(s); ms per call; added = proxied minus direct percentile")
     print_rows(rows)
     if args.base:
         print("\nratio base / this (higher = this tree better)")
@@ -360,9 +390,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             )
     if args.json_out:
         with open(args.json_out, "a", encoding="utf-8") as handle:
-            for r in rows:
+            for r in runs:
                 handle.write(json.dumps(asdict(r)) + "\n")
-    return 0 if all(r.spans_ok for r in rows) else 1
+    return 0 if all(r.spans_ok for r in runs) else 1
 
 
 if __name__ == "__main__":
