@@ -7,7 +7,9 @@ request are written under that sequence id:
 
 * stores advertising ``otlp_traces`` get the whole subtree in one OTLP/HTTP request to
   ``store.otlp_traces_endpoint()`` (ids stamped into the span resources; encoded with the OpenTelemetry OTLP
-  encoder); a non-2xx answer raises ``RuntimeError``;
+  encoder); a non-2xx answer raises ``RuntimeError``. On the async path writes are group-committed: while one
+  request to a store is in flight, the subtrees of other calls wait and then go together in the next request, and
+  each caller returns once the request carrying its spans was answered;
 * other stores get ``add_many_spans`` with the spans converted by ``Span.from_opentelemetry``.
 
 The synchronous :meth:`LightningSpanExporter.export` (OpenTelemetry ``SpanExporter`` API) runs store calls on a
@@ -54,6 +56,7 @@ STORE_WRITE_TIMEOUT_SECONDS = 30.0
 PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 
 _Target = Tuple["LightningStore", str, str, int]
+_BatchKey = Tuple[asyncio.AbstractEventLoop, str, Optional[str]]  # (loop, OTLP url, Authorization header)
 
 
 def renew_lock_after_fork(owner: Any, attribute: str) -> None:
@@ -108,6 +111,9 @@ class LightningSpanExporter(SpanExporter):
         self._loop_thread: Optional[threading.Thread] = None
         self._loop_pid: Optional[int] = None
         self._loop_lock = threading.Lock()
+        # OTLP writes waiting for the request in flight to their store (see _flush_otlp), and its flushing task
+        self._otlp_pending: Dict[_BatchKey, List[Tuple[_Target, Sequence[ReadableSpan], asyncio.Future[None]]]] = {}
+        self._otlp_flushers: Dict[_BatchKey, asyncio.Task[None]] = {}
         renew_lock_after_fork(self, "_lock")
         renew_lock_after_fork(self, "_loop_lock")
 
@@ -173,10 +179,15 @@ class LightningSpanExporter(SpanExporter):
             )
             return None
         headers: Dict[str, Any] = {}
+        seen: set[str] = set()  # the spans of one request carry the same headers string: parse it once
         for span in subtree:
             value = (span.attributes or {}).get(HEADERS_ATTRIBUTE)
             if value is None:
                 continue
+            if isinstance(value, str) and value.strip():
+                if value in seen:
+                    continue
+                seen.add(value)
             parsed = _parse_headers(value, span.name)
             if parsed:
                 headers.update(parsed)
@@ -198,26 +209,43 @@ class LightningSpanExporter(SpanExporter):
     # ------------------------------------------------------------------ encodings
 
     @staticmethod
-    def _otlp_request(target: _Target, subtree: Sequence[ReadableSpan]) -> Tuple[str, bytes, Dict[str, str]]:
-        """(url, body, headers) of the OTLP/HTTP request carrying ``subtree``."""
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-        store, rollout_id, attempt_id, sequence_id = target
-        extra = Resource(
-            {
-                LightningResourceAttributes.ROLLOUT_ID.value: rollout_id,
-                LightningResourceAttributes.ATTEMPT_ID.value: attempt_id,
-                LightningResourceAttributes.SPAN_SEQUENCE_ID.value: sequence_id,
-            }
-        )
-        for span in subtree:
-            span._resource = span.resource.merge(extra)  # same stamping as LightningStoreOTLPExporter
-        body = encode_spans(subtree).SerializeToString()
+    def _otlp_destination(store: LightningStore) -> Tuple[str, Dict[str, str]]:
+        """(url, headers) of OTLP/HTTP requests to ``store``."""
         headers = {"Content-Type": PROTOBUF_CONTENT_TYPE}
         token = resolve_api_token(getattr(store, "api_token", None))
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return store.otlp_traces_endpoint(), body, headers
+        return store.otlp_traces_endpoint(), headers
+
+    @staticmethod
+    def _otlp_body(batch: Sequence[Tuple[_Target, Sequence[ReadableSpan]]]) -> bytes:
+        """One OTLP/HTTP body carrying every subtree of ``batch``, each stamped with its rollout, attempt and
+        sequence id in its spans' resource (one resource per subtree)."""
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        spans: List[ReadableSpan] = []
+        for (_, rollout_id, attempt_id, sequence_id), subtree in batch:
+            extra = Resource(
+                {
+                    LightningResourceAttributes.ROLLOUT_ID.value: rollout_id,
+                    LightningResourceAttributes.ATTEMPT_ID.value: attempt_id,
+                    LightningResourceAttributes.SPAN_SEQUENCE_ID.value: sequence_id,
+                }
+            )
+            merged: Dict[int, Resource] = {}  # the spans of a subtree share their resource: merge it once
+            for span in subtree:
+                resource = merged.get(id(span.resource))
+                if resource is None:
+                    resource = merged[id(span.resource)] = span.resource.merge(extra)
+                span._resource = resource  # same stamping as LightningStoreOTLPExporter
+                spans.append(span)
+        return encode_spans(spans).SerializeToString()
+
+    @classmethod
+    def _otlp_request(cls, target: _Target, subtree: Sequence[ReadableSpan]) -> Tuple[str, bytes, Dict[str, str]]:
+        """(url, body, headers) of the OTLP/HTTP request carrying ``subtree``."""
+        url, headers = cls._otlp_destination(target[0])
+        return url, cls._otlp_body([(target, subtree)]), headers
 
     @staticmethod
     def _store_spans(target: _Target, subtree: Sequence[ReadableSpan]) -> List[Span]:
@@ -262,19 +290,58 @@ class LightningSpanExporter(SpanExporter):
         if not store.capabilities.get("otlp_traces", False):
             await store.add_many_spans(self._store_spans(target, subtree))
             return
+        url, headers = self._otlp_destination(store)
+        loop = asyncio.get_running_loop()
+        key: _BatchKey = (loop, url, headers.get("Authorization"))
+        done: asyncio.Future[None] = loop.create_future()
+        self._otlp_pending.setdefault(key, []).append((target, subtree, done))
+        if key not in self._otlp_flushers:
+            self._otlp_flushers[key] = loop.create_task(self._flush_otlp(key, headers, session))
+        await done
+
+    async def _flush_otlp(
+        self, key: _BatchKey, headers: Dict[str, str], session: Optional[aiohttp.ClientSession]
+    ) -> None:
+        """Group commit: send every pending subtree of ``key`` in one OTLP request, again while more arrived during
+        the request, then stop. Each writer is released (or gets the error) when the request carrying its spans
+        has been answered, so a call's spans are still stored before its response ends."""
         import aiohttp
 
-        url, body, headers = self._otlp_request(target, subtree)
+        url = key[1]
         own = session is None
         http = session if session is not None else aiohttp.ClientSession()
         try:
-            async with http.post(
-                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=STORE_WRITE_TIMEOUT_SECONDS)
-            ) as response:
-                if response.status // 100 != 2:
-                    text = await response.text()
-                    raise RuntimeError(f"OTLP export to {url} failed with HTTP {response.status}: {text[:500]}")
+            while True:
+                batch = self._otlp_pending.pop(key, [])
+                if not batch:
+                    return
+                try:
+                    body = self._otlp_body([(target, subtree) for target, subtree, _ in batch])
+                    async with http.post(
+                        url,
+                        data=body,
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=STORE_WRITE_TIMEOUT_SECONDS),
+                    ) as response:
+                        if response.status // 100 != 2:
+                            text = await response.text()
+                            raise RuntimeError(f"OTLP export to {url} failed with HTTP {response.status}: {text[:500]}")
+                except asyncio.CancelledError:
+                    for _, _, done in batch:
+                        done.cancel()
+                    raise
+                except Exception as exc:
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                else:
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_result(None)
         finally:
+            self._otlp_flushers.pop(key, None)
+            for _, _, done in self._otlp_pending.pop(key, []):  # only when cancelled: writers arrived meanwhile
+                done.cancel()
             if own:
                 await http.close()
 

@@ -600,7 +600,9 @@ class MockOpenAIServer:
 
         if self._thread is not None:
             raise RuntimeError("MockOpenAIServer is already running.")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP: asyncio enables TCP_NODELAY only on accepted sockets whose proto is TCP; without it a
+        # response written in two parts (headers, body) waits ~40 ms for a delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self._requested_port or 0))
         sock.listen(128)

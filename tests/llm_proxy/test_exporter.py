@@ -121,3 +121,102 @@ async def test_otlp_failure_is_reported() -> None:
     exporter = LightningSpanExporter(_store=Unreachable())
     assert await exporter.export_async(request_spans("r", "a", "1")) == SpanExportResult.FAILURE
     assert await asyncio.to_thread(exporter.export, request_spans("r", "a", "1")) == SpanExportResult.FAILURE
+
+
+async def test_concurrent_otlp_writes_are_group_committed(store: InMemoryLightningStore) -> None:
+    """Concurrent writers share OTLP requests, and each returns only once its own spans are stored."""
+    import aiohttp
+
+    server = LightningStoreServer(store, host="127.0.0.1", port=pick_free_port())
+    await server.start()
+    requests: List[str] = []
+
+    async def on_request_start(session: Any, context: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        requests.append(str(params.url))
+
+    trace_config = aiohttp.TraceConfig()
+    trace_config.on_request_start.append(on_request_start)
+    session = aiohttp.ClientSession(trace_configs=[trace_config])
+    try:
+        rollouts = [await server.start_rollout({"i": i}) for i in range(4)]
+        exporter = LightningSpanExporter(_store=server)
+
+        async def write(index: int) -> bool:
+            rollout = rollouts[index % 4]
+            rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+            result = await exporter.export_async(request_spans(rid, aid, str(index + 1)), session=session)
+            stored = await server.query_spans(rid)
+            return result == SpanExportResult.SUCCESS and sum(s.sequence_id == index + 1 for s in stored) == 3
+
+        assert all(await asyncio.gather(*(write(i) for i in range(24))))
+        assert 1 <= len(requests) < 24  # grouped: fewer requests than writers
+        for rollout in rollouts:
+            stored = await server.query_spans(rollout.rollout_id)
+            assert len(stored) == 18
+            assert {s.resource.attributes["agentlightning.rollout_id"] for s in stored} == {rollout.rollout_id}
+            assert {s.resource.attributes["agentlightning.attempt_id"] for s in stored} == {rollout.attempt.attempt_id}
+            by_sequence: Dict[int, set[str]] = {}
+            for span in stored:
+                by_sequence.setdefault(span.sequence_id, set()).add(span.trace_id)
+            assert all(len(traces) == 1 for traces in by_sequence.values())  # one request subtree per sequence id
+    finally:
+        await session.close()
+        await server.stop()
+
+
+async def test_a_failed_group_commit_fails_every_writer() -> None:
+    port = pick_free_port()
+
+    class Unreachable(InMemoryLightningStore):
+        @property
+        def capabilities(self) -> LightningStoreCapabilities:
+            return LightningStoreCapabilities(thread_safe=True, async_safe=True, otlp_traces=True)
+
+        def otlp_traces_endpoint(self) -> str:
+            return f"http://127.0.0.1:{port}/v1/traces"
+
+    exporter = LightningSpanExporter(_store=Unreachable())
+    results = await asyncio.gather(*(exporter.export_async(request_spans("r", "a", str(i))) for i in range(8)))
+    assert results == [SpanExportResult.FAILURE] * 8
+
+
+async def test_group_committed_otlp_spans_equal_the_direct_conversion() -> None:
+    """Subtrees stored through the batched OTLP path equal what ``add_many_spans`` would store for them."""
+    from rollouthub.types import Span
+
+    server = LightningStoreServer(InMemoryLightningStore(thread_safe=True), host="127.0.0.1", port=pick_free_port())
+    await server.start()
+    try:
+        rollout = await server.start_rollout({"x": 1})
+        rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+        subtrees = [
+            request_spans(rid, aid, str(i), {"gen_ai.prompt.0.content": f"q{i}", "n": i, "ids": [1, 2, i]})
+            for i in range(1, 6)
+        ]
+        expected = [
+            Span.from_opentelemetry(span, rollout_id=rid, attempt_id=aid, sequence_id=i)
+            for i, spans in enumerate(subtrees, start=1)
+            for span in spans
+        ]
+        exporter = LightningSpanExporter()
+        results = await asyncio.gather(*(exporter.export_async(spans, store=server) for spans in subtrees))
+        assert results == [SpanExportResult.SUCCESS] * 5
+
+        def content(span: Span) -> Any:
+            return (
+                span.sequence_id,
+                span.trace_id,
+                span.span_id,
+                span.parent_id,
+                span.name,
+                span.status,
+                {k: list(v) if isinstance(v, tuple) else v for k, v in span.attributes.items()},  # OTel keeps tuples
+                span.start_time,
+                span.end_time,
+            )
+
+        stored = sorted(map(content, await server.query_spans(rid)), key=repr)
+        want = sorted(map(content, expected), key=repr)
+        assert len(stored) == 15 and stored == want
+    finally:
+        await server.stop()
