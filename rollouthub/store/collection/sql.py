@@ -2,8 +2,8 @@
 
 SQLAlchemy 2 Core defines the schema (:mod:`.sql_schema`), creates and migrates it, and compiles every statement
 shape once (:class:`~.sql_engine.StatementCache`); units execute the compiled SQL directly on pooled driver
-connections (SQLite: :mod:`.sql_sqlite`, an aiosqlite subclass that by default runs statements inline on the
-event-loop thread; PostgreSQL: asyncpg). See ``docs/sql-backend.md`` for the reasons and the measurements.
+connections (SQLite: :mod:`.sql_sqlite`, a small driver over :mod:`sqlite3` that by default runs statements inline
+on the event-loop thread; PostgreSQL: asyncpg). See ``docs/sql-backend.md`` for the reasons and the measurements.
 
 Units of work (``atomic()`` / ``execute()``):
 
@@ -64,7 +64,7 @@ from .sql_key_value import SqlKeyValue
 from .sql_primitives import SqlCollection
 from .sql_queue import SqlQueue
 from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
-from .sql_sqlite import make_async_creator
+from .sql_sqlite import engine_connect_args, install_engine_pragmas, make_driver_factory
 
 __all__ = ["SqlLightningCollections", "SqlCollection", "SqlQueue", "SqlKeyValue", "is_transient_error"]
 
@@ -233,7 +233,7 @@ class SqlLightningCollections(LightningCollections):
             name it instead (``?schema=name``), set the connections' ``application_name`` (``?application_name=``,
             default ``rollouthub``) and size the pool (``?pool_size=4&max_overflow=4``).
         sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
-            locks asynchronously). ``False``: one aiosqlite worker thread per connection.
+            locks asynchronously). ``False``: one worker thread per connection.
         engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
     """
 
@@ -332,13 +332,14 @@ class SqlLightningCollections(LightningCollections):
             pool_reset_on_return=None,  # units always end with COMMIT/ROLLBACK themselves
         )
         if self.dialect == "sqlite":
-            kwargs["async_creator"] = make_async_creator(
-                str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
-            )
+            kwargs["connect_args"] = engine_connect_args(self._busy_timeout)
         else:
             kwargs["connect_args"] = {"server_settings": dict(self.server_settings)}
         kwargs.update(self._engine_kwargs)
-        return create_async_engine(self.url, **kwargs)
+        engine = create_async_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            install_engine_pragmas(engine, self._busy_timeout, self._synchronous)
+        return engine
 
     def _local_write_lock(self) -> asyncio.Lock:
         """SQLite: the lock ordering this event loop's writers of this database file (other threads, loops and
@@ -365,10 +366,7 @@ class SqlLightningCollections(LightningCollections):
                 pool = self._pools.get(loop)
                 if pool is None:
                     pool = DriverPool(
-                        self._driver_factory(),
-                        self._pool_size + self._max_overflow,
-                        self.dialect == "sqlite",
-                        self._local_write_lock(),
+                        self._driver_factory(), self._pool_size + self._max_overflow, self._local_write_lock()
                     )
                     self._pools[loop] = pool
         self._last_pool = (loop, pool)
@@ -376,7 +374,7 @@ class SqlLightningCollections(LightningCollections):
 
     def _driver_factory(self) -> Callable[[], Any]:
         if self.dialect == "sqlite":
-            return make_async_creator(
+            return make_driver_factory(
                 str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
             )
         import asyncpg

@@ -2,7 +2,7 @@
 
 SQLAlchemy defines the schema, runs DDL/migrations and compiles every statement *shape* once
 (:class:`StatementCache`); a unit then executes the cached SQL text on a pooled driver connection (a
-:class:`~.sql_sqlite.FastSqliteConnection` or an ``asyncpg.Connection``) taken from a small per-event-loop
+:class:`~.sql_sqlite.SqliteDriver` or an ``asyncpg.Connection``) taken from a small per-event-loop
 :class:`DriverPool`. This removes SQLAlchemy's per-statement construction, cache-key, execution-context and
 greenlet costs, and its per-checkout pool events (together about 1.5 ms per unit on the reference 2-core machine --
 several times the cost of the SQLite statements themselves).
@@ -80,11 +80,10 @@ class DriverPool:
     Also carries the event loop's SQLite write lock (:attr:`write_lock`), so that a unit finds both with one lookup.
     """
 
-    def __init__(self, factory: Callable[[], Any], max_size: int, sqlite: bool, write_lock: asyncio.Lock) -> None:
+    def __init__(self, factory: Callable[[], Any], max_size: int, write_lock: asyncio.Lock) -> None:
         self._factory = factory
         self._idle: List[Any] = []
         self._sem = asyncio.Semaphore(max_size)
-        self._sqlite = sqlite
         self._all: List[Any] = []
         self.write_lock = write_lock
         """SQLite: the lock ordering this loop's writers of the database file."""
@@ -92,10 +91,7 @@ class DriverPool:
     async def acquire(self) -> Any:
         """An idle connection, or a new one (waits while ``max_size`` are in use)."""
         sem = self._sem
-        if sem._value > 0 and not sem._waiters:  # uncontended: skip the semaphore's coroutine (it could not wait)
-            sem._value -= 1
-        else:
-            await sem.acquire()
+        await sem.acquire()
         try:
             idle = self._idle
             while idle:
@@ -109,8 +105,9 @@ class DriverPool:
             sem.release()
             raise
 
-    def _alive(self, conn: Any) -> bool:
-        return conn._connection is not None if self._sqlite else not conn.is_closed()
+    @staticmethod
+    def _alive(conn: Any) -> bool:
+        return not conn.is_closed()
 
     def release(self, conn: Any, broken: bool = False) -> None:
         """Return a connection; a broken one is closed instead."""
@@ -125,10 +122,7 @@ class DriverPool:
     def _discard(self, conn: Any) -> None:
         if conn in self._all:
             self._all.remove(conn)
-        if self._sqlite:
-            conn.stop()
-        else:
-            conn.terminate()
+        conn.terminate()
 
     async def close(self) -> None:
         """Close every connection of the pool."""

@@ -1,22 +1,26 @@
-"""A leaner aiosqlite connection for the SQLite backend (plugged into SQLAlchemy via ``async_creator``).
+"""The SQLite driver of the SQL backend: a small asynchronous wrapper over the standard :mod:`sqlite3` module.
 
-Stock aiosqlite hands every DB-API call to its worker thread separately: creating a cursor, executing, fetching and
-closing are four thread hops per statement, and ``COMMIT`` of a read-only unit is one more. On a busy 2-core machine
-each hop costs one or two context switches plus a GIL hand-over (measured: 0.1-1.5 ms per hop under load), which
-dominates the cost of a local SQLite statement (10-50 us). This subclass therefore offers:
+A unit of work (:class:`~.sql_engine.Unit`) runs its statements on one pooled :class:`SqliteDriver`. Handing every
+DB-API call to a worker thread separately (cursor, execute, fetch, close, commit) costs one or two context switches
+plus a GIL hand-over per call on a busy 2-core machine (measured: 0.1-1.5 ms per hop under load), which dominates the
+cost of a local SQLite statement (10-50 us). The driver therefore offers:
 
 * **inline mode** (the default of :class:`~rollouthub.store.collection.sql.SqlLightningCollections`): statements run
   directly on the event-loop thread, like any other short CPU-bound step. The only potentially long wait in SQLite
   -- another connection (process) holding the write lock -- is never spent blocking: the connection's
   ``busy_timeout`` is 0 and a busy statement is retried with ``await asyncio.sleep`` backoff until the configured
   busy timeout elapses. (Auto-checkpoints, every ~4 MB of WAL, do block the loop for their fsync.)
-* **thread mode** (``inline=False``): aiosqlite's worker thread, but one hop per statement (execute + fetch all rows
-  + close the cursor happen together in the worker thread),
+* **thread mode** (``inline=False``): one dedicated worker thread per connection (a single-thread
+  :class:`~concurrent.futures.ThreadPoolExecutor`), and one hop per statement: execute, fetch every row and close
+  the cursor happen together in the worker thread; :meth:`SqliteDriver.call` runs a whole function (several
+  statements) in one hop,
 * no hop for ``commit()``/``rollback()`` when no transaction is open (autocommit reads),
 * an optional *pending* ``BEGIN``: the transaction is started in the same hop as the unit's first statement
-  (:func:`set_pending_begin`), and not at all when the unit issues none.
+  (:attr:`SqliteDriver.pending_begin`), and not at all when the unit issues none.
 
-Connection-level pragmas (WAL, ``busy_timeout``, ``synchronous``) are applied in the worker thread on connect.
+SQLAlchemy (schema creation, migrations, the cross-process change watcher) keeps its own connections: stock
+aiosqlite connections (SQLAlchemy's aiosqlite dialect), with the same pragmas (:func:`install_engine_pragmas`). Connection-level pragmas (WAL,
+``busy_timeout``, ``synchronous``) are applied when a connection opens.
 """
 
 from __future__ import annotations
@@ -24,12 +28,22 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
 
-import aiosqlite
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["FastSqliteConnection", "checkpoint_and_truncate", "make_async_creator", "set_pending_begin"]
+__all__ = [
+    "SqliteDriver",
+    "checkpoint_and_truncate",
+    "engine_connect_args",
+    "install_engine_pragmas",
+    "make_driver_factory",
+]
+
+T = TypeVar("T")
 
 
 def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
@@ -38,10 +52,17 @@ def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connec
     conn = sqlite3.connect(
         path, isolation_level=None, timeout=busy_timeout, check_same_thread=False, cached_statements=512
     )
-    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
+    for statement in _pragmas(busy_timeout, synchronous):
+        conn.execute(statement)
     return conn
+
+
+def _pragmas(busy_timeout: float, synchronous: str) -> Tuple[str, ...]:
+    return (
+        f"PRAGMA busy_timeout={int(busy_timeout * 1000)}",
+        "PRAGMA journal_mode=WAL",
+        f"PRAGMA synchronous={synchronous}",
+    )
 
 
 def checkpoint_and_truncate(path: str, busy_timeout: float = 5.0) -> Optional[Tuple[int, int, int]]:
@@ -64,114 +85,58 @@ def checkpoint_and_truncate(path: str, busy_timeout: float = 5.0) -> Optional[Tu
         conn.close()
 
 
-class _PrefetchCursor:
-    """A cursor whose ``execute`` runs, fetches and closes in one worker-thread call."""
-
-    arraysize = 1
-
-    def __init__(self, connection: FastSqliteConnection) -> None:
-        self._connection = connection
-        self.description: Optional[Sequence[Any]] = None
-        self.rowcount = -1
-        self.lastrowid: Optional[int] = None
-        self._rows: List[Any] = []
-
-    async def __aenter__(self) -> _PrefetchCursor:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        return None
-
-    def _run(self, method: str, sql: str, parameters: Any) -> Tuple[Any, List[Any], int, Optional[int]]:
-        conn = self._connection._conn
-        pending = self._connection.pending_begin
-        if pending is not None:
-            conn.execute(pending)
-            self._connection.pending_begin = None
-        cur = conn.cursor()
-        try:
-            getattr(cur, method)(sql, parameters)
-            desc = cur.description
-            rows = cur.fetchall() if desc is not None else []
-            return desc, rows, cur.rowcount, cur.lastrowid
-        finally:
-            cur.close()
-
-    async def execute(self, sql: str, parameters: Optional[Iterable[Any]] = None) -> _PrefetchCursor:
-        """Execute and prefetch every row."""
-        result = await self._connection._execute(self._run, "execute", sql, () if parameters is None else parameters)
-        self.description, self._rows, self.rowcount, self.lastrowid = result
-        return self
-
-    async def executemany(self, sql: str, seq_of_parameters: Iterable[Iterable[Any]]) -> _PrefetchCursor:
-        """Execute for every parameter set (one worker-thread call)."""
-        result = await self._connection._execute(self._run, "executemany", sql, seq_of_parameters)
-        self.description, self._rows, self.rowcount, self.lastrowid = result
-        return self
-
-    async def fetchall(self) -> List[Any]:
-        """The prefetched rows."""
-        rows, self._rows = self._rows, []
-        return rows
-
-    async def fetchone(self) -> Any:
-        """The next prefetched row, or ``None``."""
-        return self._rows.pop(0) if self._rows else None
-
-    async def fetchmany(self, size: Optional[int] = None) -> List[Any]:
-        """Up to ``size`` prefetched rows."""
-        size = self.arraysize if size is None else size
-        rows, self._rows = self._rows[:size], self._rows[size:]
-        return rows
-
-    async def close(self) -> None:
-        """Nothing to release: the sqlite3 cursor was closed in the worker thread."""
-        self._rows = []
-
-    async def nextset(self) -> None:
-        """SQLite has no result sets beyond the first."""
-        return None
-
-    async def setinputsizes(self, *sizes: Any) -> None:
-        """No-op (DB-API)."""
-        return None
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
-class FastSqliteConnection(aiosqlite.Connection):
-    """``aiosqlite.Connection`` with one thread hop per statement (see the module docstring)."""
+class SqliteDriver:
+    """One ``sqlite3`` connection driven from asyncio (see the module docstring); open with :meth:`open`."""
 
     def __init__(self, connector: Callable[[], sqlite3.Connection], *, inline: bool, busy_timeout: float) -> None:
-        super().__init__(connector, 64)
-        self._thread.daemon = True  # never keep the interpreter alive for a pooled connection
+        self._connector = connector
         self._inline = inline
         self._busy_timeout = busy_timeout
+        self._db: Optional[sqlite3.Connection] = None
+        self._worker: Optional[ThreadPoolExecutor] = (
+            None if inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollouthub-sqlite")
+        )
         self.pending_begin: Optional[str] = None
+        """A ``BEGIN`` statement to run right before the next statement of this connection (``None``: none)."""
 
-    def __await__(self) -> Any:
-        if not self._inline:
-            return super().__await__()
-        return self._connect_inline().__await__()
-
-    async def _connect_inline(self) -> FastSqliteConnection:
-        self._connection = await self._execute_inline(self._connector)
+    async def open(self) -> SqliteDriver:
+        """Open the ``sqlite3`` connection (thread mode: in the worker thread); returns ``self``."""
+        if self._worker is None:
+            self._db = await self._retry_inline(self._connector)
+        else:
+            self._db = await asyncio.wrap_future(self._worker.submit(self._connector))
         return self
 
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not self._inline:
-            return await super()._execute(fn, *args, **kwargs)
-        if not self._running or self._connection is None:
-            raise ValueError("Connection closed")
-        return await self._execute_inline(fn, *args, **kwargs)
+    def is_closed(self) -> bool:
+        """Whether the connection is closed (or was never opened)."""
+        return self._db is None
 
-    async def _execute_inline(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _database(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return db
+
+    async def _hop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)``: inline on the loop thread (busy statements retried), or in the worker thread."""
+        self._database()
+        if self._worker is None:
+            return await self._retry_inline(fn, *args)
+        return await asyncio.wrap_future(self._worker.submit(fn, *args))
+
+    async def _retry_inline(self, fn: Callable[..., T], *args: Any) -> T:
         deadline: Optional[float] = None
         delay = 0.0005
         while True:
             try:
-                return fn(*args, **kwargs)
+                return fn(*args)
             except sqlite3.OperationalError as exc:
-                text = str(exc).lower()
-                if "locked" not in text and "busy" not in text:
+                if not _is_busy(exc):
                     raise
                 now = time.monotonic()
                 if deadline is None:
@@ -181,35 +146,16 @@ class FastSqliteConnection(aiosqlite.Connection):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
 
-    async def close(self) -> None:
-        """Close the sqlite3 connection (inline: directly; thread mode: through the worker thread)."""
-        if not self._inline:
-            return await super().close()
-        conn, self._connection = self._connection, None
-        self._running = False
-        if conn is not None:
-            conn.close()
-
-    def stop(self) -> Any:
-        """Force-close (used by SQLAlchemy's terminate and by ``__del__``)."""
-        if not self._inline:
-            return super().stop()
-        self._running = False
-        conn, self._connection = self._connection, None
-        if conn is not None:
-            conn.close()
-        return None
-
-    def cursor(self) -> _PrefetchCursor:  # type: ignore[override]
-        """A prefetching cursor (no thread hop to create it)."""
-        return _PrefetchCursor(self)
+    def _begin_if_pending(self, db: sqlite3.Connection) -> None:
+        pending = self.pending_begin
+        if pending is not None:
+            db.execute(pending)
+            self.pending_begin = None
 
     def _run_sql(self, sql: str, params: Any, fetch: bool) -> Tuple[List[Any], int]:
-        conn = self._conn
-        if self.pending_begin is not None:
-            conn.execute(self.pending_begin)
-            self.pending_begin = None
-        cur = conn.cursor()
+        db = self._database()
+        self._begin_if_pending(db)
+        cur = db.cursor()
         try:
             cur.execute(sql, params)
             rows = cur.fetchall() if fetch else []
@@ -220,59 +166,104 @@ class FastSqliteConnection(aiosqlite.Connection):
     def run_now(self, sql: str, params: Any, fetch: bool) -> Optional[Tuple[List[Any], int]]:
         """Inline mode: execute one statement right away, like :meth:`run`; ``None`` when it must wait (another
         connection holds the lock, or thread mode) -- the caller then awaits :meth:`run`."""
-        if not self._inline or self._connection is None:
+        if self._worker is not None or self._db is None:
             return None
         try:  # the common case: no lock to wait for, so no retry loop and no coroutine
             return self._run_sql(sql, params, fetch)
         except sqlite3.OperationalError as exc:
-            text = str(exc).lower()
-            if "locked" not in text and "busy" not in text:
+            if not _is_busy(exc):
                 raise
         return None
 
     async def run(self, sql: str, params: Any, fetch: bool) -> Tuple[List[Any], int]:
-        """Execute one statement (starting a pending transaction first); returns ``(rows, rowcount)``."""
+        """Execute one statement (starting a pending transaction first); returns ``(rows, rowcount)``, the rows
+        fetched when ``fetch``."""
         done = self.run_now(sql, params, fetch)
         if done is not None:
             return done
-        return await self._execute(self._run_sql, sql, params, fetch)  # type: ignore[no-any-return]
+        return await self._hop(self._run_sql, sql, params, fetch)
 
-    def _call_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        conn = self._conn
-        if self.pending_begin is not None:
-            conn.execute(self.pending_begin)
-            self.pending_begin = None
-        return fn(conn)
+    def _call_fn(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self._database()
+        self._begin_if_pending(db)
+        return fn(db)
 
-    async def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn(sqlite3_connection)`` in one go (starting a pending transaction first)."""
-        return await self._execute(self._call_fn, fn)
+    def call(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+        """Run ``fn(db)`` (``db``: the ``sqlite3.Connection``) in one go, in the connection's thread (starting a pending transaction
+        first): a whole unit of several statements costs one hop."""
+        return self._hop(self._call_fn, fn)
 
     async def commit(self) -> None:
-        """Commit when a transaction is open (no thread hop otherwise)."""
+        """Commit when a transaction is open (nothing to do, so no hop, otherwise)."""
         self.pending_begin = None
-        if self._connection is not None and self._connection.in_transaction:
-            await self._execute(self._conn.commit)
+        db = self._db
+        if db is not None and db.in_transaction:
+            await self._hop(db.commit)
 
     async def rollback(self) -> None:
-        """Roll back when a transaction is open (no thread hop otherwise)."""
+        """Roll back when a transaction is open (nothing to do, so no hop, otherwise)."""
         self.pending_begin = None
-        if self._connection is not None and self._connection.in_transaction:
-            await self._execute(self._conn.rollback)
+        db = self._db
+        if db is not None and db.in_transaction:
+            await self._hop(db.rollback)
+
+    async def close(self) -> None:
+        """Close the connection (thread mode: in the worker thread, which then ends)."""
+        db, self._db = self._db, None
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            try:
+                if db is not None:
+                    await asyncio.wrap_future(worker.submit(db.close))
+            finally:
+                worker.shutdown(wait=False)
+        elif db is not None:
+            db.close()
+
+    def terminate(self) -> None:
+        """Close without waiting (a broken connection dropped from the pool; thread mode: after the worker's
+        current call)."""
+        db, self._db = self._db, None
+        worker, self._worker = self._worker, None
+        if worker is None:
+            if db is not None:
+                db.close()
+            return
+        if db is not None:
+            worker.submit(db.close)
+        worker.shutdown(wait=False)
 
 
-def make_async_creator(path: str, busy_timeout: float, synchronous: str, *, inline: bool = True) -> Callable[[], Any]:
-    """An ``async_creator`` for ``create_async_engine`` opening :class:`FastSqliteConnection` objects."""
+def make_driver_factory(
+    path: str, busy_timeout: float, synchronous: str, *, inline: bool = True
+) -> Callable[[], Awaitable[SqliteDriver]]:
+    """A coroutine function opening :class:`SqliteDriver` connections to ``path``."""
     sqlite_busy = 0.0 if inline else busy_timeout
 
-    async def creator() -> FastSqliteConnection:
-        return await FastSqliteConnection(
-            partial(_connect, path, sqlite_busy, synchronous), inline=inline, busy_timeout=busy_timeout
-        )
+    async def factory() -> SqliteDriver:
+        connector = partial(_connect, path, sqlite_busy, synchronous)
+        return await SqliteDriver(connector, inline=inline, busy_timeout=busy_timeout).open()
 
-    return creator
+    return factory
 
 
-def set_pending_begin(driver_connection: Any, statement: str) -> None:
-    """Start a transaction with ``statement`` together with the next statement on this connection."""
-    driver_connection.pending_begin = statement
+def engine_connect_args(busy_timeout: float) -> Dict[str, Any]:
+    """``connect_args`` for SQLAlchemy's aiosqlite dialect: autocommit ``sqlite3`` mode (statements such as
+    ``BEGIN IMMEDIATE`` are explicit), the busy timeout and a larger statement cache."""
+    return {"isolation_level": None, "timeout": busy_timeout, "check_same_thread": False, "cached_statements": 512}
+
+
+def install_engine_pragmas(engine: AsyncEngine, busy_timeout: float, synchronous: str) -> None:
+    """Apply the backend's connection pragmas (WAL, ``busy_timeout``, ``synchronous``) to every connection
+    ``engine`` opens (a ``connect`` event listener)."""
+    statements = _pragmas(busy_timeout, synchronous)
+
+    def on_connect(dbapi_conn: Any, connection_record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        try:
+            for statement in statements:
+                cursor.execute(statement)
+        finally:
+            cursor.close()
+
+    event.listen(engine.sync_engine, "connect", on_connect)
