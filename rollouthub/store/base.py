@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from pydantic_core import to_json
@@ -27,7 +28,7 @@ from rollouthub.types import (
     Worker,
     WorkerStatus,
 )
-from rollouthub.types.queries import SpanQuery, WorkerQuery
+from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -340,7 +341,31 @@ class LightningStore:
         status: Sequence[RolloutStatus] | None = None,
         rollout_ids: Sequence[str] | None = None,
     ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
-        """Query rollouts; those with attempts come back as ``AttemptedRollout`` with their latest attempt."""
+        """Query rollouts; those with attempts come back as ``AttemptedRollout`` with their latest attempt.
+
+        ``status``/``rollout_ids`` are deprecated aliases of ``status_in``/``rollout_id_in``. Builds the
+        :class:`~rollouthub.types.queries.RolloutQuery` of the arguments and answers it with :meth:`_query_rollouts`.
+        """
+        if status is not None and status_in is None:
+            warnings.warn("status is deprecated, use status_in instead", DeprecationWarning, stacklevel=2)
+            status_in = status
+        if rollout_ids is not None and rollout_id_in is None:
+            warnings.warn("rollout_ids is deprecated, use rollout_id_in instead", DeprecationWarning, stacklevel=2)
+            rollout_id_in = rollout_ids
+        query = RolloutQuery.of(
+            status_in=status_in,
+            rollout_id_in=rollout_id_in,
+            rollout_id_contains=rollout_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return await self._query_rollouts(query)
+
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        """Answer a rollout query (see :meth:`query_rollouts`)."""
         raise NotImplementedError()
 
     async def query_attempts(
@@ -352,7 +377,12 @@ class LightningStore:
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[Attempt]:
-        """Attempts of a rollout (empty for an unknown rollout)."""
+        """Attempts of a rollout (empty for an unknown rollout), answered by :meth:`_query_attempts`."""
+        query = AttemptQuery.of(sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+        return await self._query_attempts(rollout_id, query)
+
+    async def _query_attempts(self, rollout_id: str, query: AttemptQuery) -> PaginatedResult[Attempt]:
+        """Answer an attempt query (see :meth:`query_attempts`)."""
         raise NotImplementedError()
 
     async def get_rollout_by_id(self, rollout_id: str) -> Union[Rollout, AttemptedRollout, None]:
@@ -373,7 +403,19 @@ class LightningStore:
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[ResourcesUpdate]:
-        """Query resource snapshots."""
+        """Query resource snapshots, answered by :meth:`_query_resources`."""
+        query = ResourcesQuery.of(
+            resources_id=resources_id,
+            resources_id_contains=resources_id_contains,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return await self._query_resources(query)
+
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
+        """Answer a resources query (see :meth:`query_resources`)."""
         raise NotImplementedError()
 
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:

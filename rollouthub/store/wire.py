@@ -7,7 +7,7 @@ under the reference module's path.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -19,7 +19,7 @@ from rollouthub.types import (
     RolloutStatus,
     TaskInput,
 )
-from rollouthub.types.queries import SpanQuery, WorkerQuery
+from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from .domains import check_value
 
@@ -102,37 +102,16 @@ class StartAttemptRequest(StoreRequest):
     worker_id: Optional[str] = None
 
 
-class QueryRolloutsRequest(StoreRequest):
-    """Body of ``POST /v1/agl/rollouts/search``."""
-
-    status_in: Optional[List[RolloutStatus]] = None
-    rollout_id_in: Optional[List[str]] = None
-    rollout_id_contains: Optional[str] = None
-    limit: int = -1
-    offset: int = 0
-    sort_by: Optional[str] = None
-    sort_order: Literal["asc", "desc"] = "asc"
-    filter_logic: Literal["and", "or"] = "and"
+class QueryRolloutsRequest(StoreRequest, RolloutQuery):
+    """Body of ``POST /v1/agl/rollouts/search``: a :class:`RolloutQuery`."""
 
 
-class QueryAttemptsRequest(StoreRequest):
-    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/search``."""
-
-    limit: int = -1
-    offset: int = 0
-    sort_by: Optional[str] = "sequence_id"
-    sort_order: Literal["asc", "desc"] = "asc"
+class QueryAttemptsRequest(StoreRequest, AttemptQuery):
+    """Body of ``POST /v1/agl/rollouts/{rollout_id}/attempts/search``: an :class:`AttemptQuery`."""
 
 
-class QueryResourcesRequest(StoreRequest):
-    """Query parameters of ``GET /v1/agl/resources``."""
-
-    resources_id: Optional[str] = None
-    resources_id_contains: Optional[str] = None
-    limit: int = -1
-    offset: int = 0
-    sort_by: Optional[str] = None
-    sort_order: Literal["asc", "desc"] = "asc"
+class QueryResourcesRequest(StoreRequest, ResourcesQuery):
+    """Query parameters of ``GET /v1/agl/resources``: a :class:`ResourcesQuery`."""
 
 
 class QuerySpansRequest(StoreRequest, SpanQuery):

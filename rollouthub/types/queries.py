@@ -11,15 +11,14 @@ from typing import Any, Dict, List, Literal, Optional
 from pydantic import BaseModel
 from typing_extensions import Self
 
-from .core import SortOptions, WorkerStatus
+from .core import RolloutStatus, SortOptions, WorkerStatus
 
-__all__ = ["SpanQuery", "WorkerQuery"]
+__all__ = ["AttemptQuery", "ResourcesQuery", "RolloutQuery", "SpanQuery", "WorkerQuery"]
 
 
 class _Query(BaseModel):
     """Sort and page of a query (the filters are the subclass's)."""
 
-    filter_logic: Literal["and", "or"] = "and"
     limit: int = -1
     offset: int = 0
     sort_by: Optional[str] = None
@@ -39,7 +38,34 @@ class _Query(BaseModel):
         return {"name": self.sort_by, "order": self.sort_order} if self.sort_by else None
 
 
-class SpanQuery(_Query):
+class _PooledQuery(_Query):
+    """A query whose filters are pooled by ``filter_logic``."""
+
+    filter_logic: Literal["and", "or"] = "and"
+
+
+class RolloutQuery(_PooledQuery):
+    """The filters, sort and page of ``query_rollouts`` (its keyword arguments, deprecated aliases resolved)."""
+
+    status_in: Optional[List[RolloutStatus]] = None
+    rollout_id_in: Optional[List[str]] = None
+    rollout_id_contains: Optional[str] = None
+
+
+class AttemptQuery(_Query):
+    """The sort and page of ``query_attempts`` (its keyword arguments after ``rollout_id``)."""
+
+    sort_by: Optional[str] = "sequence_id"
+
+
+class ResourcesQuery(_Query):
+    """The filters, sort and page of ``query_resources`` (its keyword arguments; the filters are ANDed)."""
+
+    resources_id: Optional[str] = None
+    resources_id_contains: Optional[str] = None
+
+
+class SpanQuery(_PooledQuery):
     """The filters, sort and page of ``query_spans`` (its keyword arguments after ``rollout_id``/``attempt_id``).
 
     ``*_contains`` is a substring match, the other filters exact; the filters are pooled by ``filter_logic``.
@@ -74,7 +100,7 @@ class SpanQuery(_Query):
         return conditions
 
 
-class WorkerQuery(_Query):
+class WorkerQuery(_PooledQuery):
     """The filters, sort and page of ``query_workers`` (its keyword arguments)."""
 
     status_in: Optional[List[WorkerStatus]] = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
 from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
@@ -37,7 +36,7 @@ from rollouthub.types import (
     TaskInput,
     Worker,
 )
-from rollouthub.types.queries import SpanQuery, WorkerQuery
+from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from ..base import (
     UNSET,
@@ -108,6 +107,20 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return to_jsonable_python(value)
+
+
+def _query_body(query: BaseModel) -> Dict[str, Any]:
+    """The wire form of a query object: its set filters (lists as lists), the page (``limit`` as the server takes
+    it), and the order only when sorted (unsorted: the server's default order applies)."""
+    body: Dict[str, Any] = {}
+    for name in type(query).model_fields:  # as given: a query built by a store method is not validated
+        value = getattr(query, name)
+        if value is not None:
+            body[name] = value if isinstance(value, (str, int, float)) else list(value)
+    body["limit"] = _wire_limit(body["limit"])
+    if body.get("sort_by") is None:
+        body.pop("sort_order", None)
+    return body
 
 
 def _wire_limit(limit: int) -> int:
@@ -327,39 +340,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
         data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts", json=body)
         return AttemptedRollout.model_validate(data)
 
-    async def query_rollouts(
-        self,
-        *,
-        status_in: Sequence[RolloutStatus] | None = None,
-        rollout_id_in: Sequence[str] | None = None,
-        rollout_id_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        sort_by: str | None = None,
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-        status: Sequence[RolloutStatus] | None = None,
-        rollout_ids: Sequence[str] | None = None,
-    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
-        """Query rollouts (``POST /rollouts/search``); deprecated ``status``/``rollout_ids`` resolve client-side."""
-        if status is not None and status_in is None:
-            warnings.warn("status is deprecated, use status_in instead", DeprecationWarning, stacklevel=2)
-            status_in = status
-        if rollout_ids is not None and rollout_id_in is None:
-            warnings.warn("rollout_ids is deprecated, use rollout_id_in instead", DeprecationWarning, stacklevel=2)
-            rollout_id_in = rollout_ids
-        body: Dict[str, Any] = {"limit": _wire_limit(limit), "offset": offset, "filter_logic": filter_logic}
-        if status_in is not None:
-            body["status_in"] = list(status_in)
-        if rollout_id_in is not None:
-            body["rollout_id_in"] = list(rollout_id_in)
-        if rollout_id_contains is not None:
-            body["rollout_id_contains"] = rollout_id_contains
-        if sort_by is not None:
-            body["sort_by"] = sort_by
-            body["sort_order"] = sort_order
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        """Query rollouts (``POST /rollouts/search``)."""
+        body = _query_body(query)
         data = await self._request_json("post", "/rollouts/search", json=body)
-        return _page(data, _parse_rollout, limit)
+        return _page(data, _parse_rollout, query.limit)
 
     async def get_rollout_by_id(self, rollout_id: str) -> Union[Rollout, AttemptedRollout, None]:
         """The rollout or ``None`` (also ``None`` when the request fails after retries, as a reference server
@@ -403,22 +388,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     # -- attempts ------------------------------------------------------------------------------------------------------
 
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
+    async def _query_attempts(self, rollout_id: str, query: AttemptQuery) -> PaginatedResult[Attempt]:
         """Attempts of a rollout (``POST /rollouts/{id}/attempts/search``)."""
-        body: Dict[str, Any] = {"limit": _wire_limit(limit), "offset": offset}
-        if sort_by is not None:
-            body["sort_by"] = sort_by
-            body["sort_order"] = sort_order
+        body = _query_body(query)
         data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts/search", json=body)
-        return _page(data, Attempt.model_validate, limit)
+        return _page(data, Attempt.model_validate, query.limit)
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         """The latest attempt or ``None`` (also when the request fails after retries)."""
@@ -446,27 +420,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     # -- resources -----------------------------------------------------------------------------------------------------
 
-    async def query_resources(
-        self,
-        *,
-        resources_id: str | None = None,
-        resources_id_contains: str | None = None,
-        sort_by: str | None = None,
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]:
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
         """Query resource snapshots (``GET /resources``)."""
-        params: Dict[str, str] = {"limit": str(_wire_limit(limit)), "offset": str(offset)}
-        if sort_by is not None:
-            params["sort_by"] = sort_by
-            params["sort_order"] = sort_order
-        if resources_id is not None:
-            params["resources_id"] = resources_id
-        if resources_id_contains is not None:
-            params["resources_id_contains"] = resources_id_contains
+        params = {key: str(value) for key, value in _query_body(query).items()}
         data = await self._request_json("get", "/resources", params=params)
-        return _page(data, ResourcesUpdate.model_validate, limit)
+        return _page(data, ResourcesUpdate.model_validate, query.limit)
 
     @staticmethod
     def _dump_resources(resources: NamedResources) -> Dict[str, Any]:
@@ -582,12 +540,9 @@ class LightningStoreClient(HttpTransport, LightningStore):
         self, rollout_id: str, attempt_id: str | Literal["latest"] | None, query: SpanQuery
     ) -> PaginatedResult[Span]:
         """Query the spans of a rollout (``POST /spans/search``)."""
-        body: Dict[str, Any] = {"rollout_id": rollout_id, **query.model_dump(exclude_none=True)}
-        body["limit"] = _wire_limit(query.limit)
+        body = {"rollout_id": rollout_id, **_query_body(query)}
         if attempt_id is not None:
             body["attempt_id"] = attempt_id
-        if query.sort_by is None:  # unsorted: the server's default order (by sequence id) applies
-            body.pop("sort_order")
         data = await self._request_json("post", "/spans/search", json=body)
         return _page(data, Span.model_validate, query.limit)
 
@@ -612,12 +567,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
         """Query workers (``POST /workers/search``; ``limit``/``offset`` are forwarded, which the reference client did not do)."""
-        body: Dict[str, Any] = query.model_dump(exclude_none=True)
-        body["limit"] = _wire_limit(query.limit)
-        if query.status_in is not None:
-            body["status_in"] = list(query.status_in)
-        if query.sort_by is None:  # unsorted: no order is sent
-            body.pop("sort_order")
+        body = _query_body(query)
         data = await self._request_json("post", "/workers/search", json=body)
         return _page(data, Worker.model_validate, query.limit)
 

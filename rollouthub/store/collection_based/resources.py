@@ -7,7 +7,6 @@ import time
 from typing import (
     Any,
     Dict,
-    Literal,
     Optional,
     cast,
 )
@@ -17,8 +16,8 @@ from rollouthub.types import (
     NamedResources,
     PaginatedResult,
     ResourcesUpdate,
-    SortOptions,
 )
+from rollouthub.types.queries import ResourcesQuery
 
 from ..collection.base import LightningCollections
 from .core import (
@@ -51,26 +50,16 @@ class ResourcesMixin(StoreCore[T_collections]):
         return cast(Optional[ResourcesUpdate], await c.latest_resources())
 
     @tracked("query_resources")
-    async def query_resources(
-        self,
-        *,
-        resources_id: str | None = None,
-        resources_id_contains: str | None = None,
-        sort_by: str | None = None,
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]:
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
         """Query resource snapshots (filters are ANDed)."""
         ops: Dict[str, Any] = {}
-        if resources_id is not None:
-            ops["exact"] = resources_id
-        if resources_id_contains is not None:
-            ops["contains"] = resources_id_contains
+        if query.resources_id is not None:
+            ops["exact"] = query.resources_id
+        if query.resources_id_contains is not None:
+            ops["contains"] = query.resources_id_contains
         filters: Optional[FilterOptions] = {"resources_id": ops} if ops else None
-        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
         async with self._read("resources") as c:
-            return await c.resources.query(filter=filters, sort=sort, limit=limit, offset=offset)
+            return await c.resources.query(filter=filters, sort=query.sort(), limit=query.limit, offset=query.offset)
 
     @tracked("add_resources")
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:

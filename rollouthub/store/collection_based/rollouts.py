@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from typing import (
     Any,
     Callable,
     Dict,
     List,
-    Literal,
     Optional,
     Sequence,
     Tuple,
@@ -29,9 +27,9 @@ from rollouthub.types import (
     RolloutConfig,
     RolloutMode,
     RolloutStatus,
-    SortOptions,
     TaskInput,
 )
+from rollouthub.types.queries import AttemptQuery, RolloutQuery
 
 from ..base import (
     UNSET,
@@ -348,42 +346,24 @@ class RolloutsMixin(StoreCore[T_collections]):
 
     @tracked("query_rollouts")
     @healthcheck_before
-    async def query_rollouts(
-        self,
-        *,
-        status_in: Sequence[RolloutStatus] | None = None,
-        rollout_id_in: Sequence[str] | None = None,
-        rollout_id_contains: str | None = None,
-        filter_logic: Literal["and", "or"] = "and",
-        sort_by: str | None = None,
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-        status: Sequence[RolloutStatus] | None = None,
-        rollout_ids: Sequence[str] | None = None,
-    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
         """Query rollouts with filters, sorting and pagination."""
-        if status is not None and status_in is None:
-            warnings.warn("status is deprecated, use status_in instead", DeprecationWarning, stacklevel=3)
-            status_in = status
-        if rollout_ids is not None and rollout_id_in is None:
-            warnings.warn("rollout_ids is deprecated, use rollout_id_in instead", DeprecationWarning, stacklevel=3)
-            rollout_id_in = rollout_ids
         filters: FilterOptions = {}
-        if status_in is not None:
-            filters["status"] = {"within": list(status_in)}
+        if query.status_in is not None:
+            filters["status"] = {"within": list(query.status_in)}
         id_ops: Dict[str, Any] = {}
-        if rollout_id_in is not None:
-            id_ops["within"] = list(rollout_id_in)
-        if rollout_id_contains is not None:
-            id_ops["contains"] = rollout_id_contains
+        if query.rollout_id_in is not None:
+            id_ops["within"] = list(query.rollout_id_in)
+        if query.rollout_id_contains is not None:
+            id_ops["contains"] = query.rollout_id_contains
         if id_ops:
             filters["rollout_id"] = id_ops
         if filters:
-            filters["_aggregate"] = filter_logic
-        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
+            filters["_aggregate"] = query.filter_logic
         async with self._read("rollouts", "attempts") as c:
-            page = await c.rollouts.query(filter=filters or None, sort=sort, limit=limit, offset=offset)
+            page = await c.rollouts.query(
+                filter=filters or None, sort=query.sort(), limit=query.limit, offset=query.offset
+            )
             items = await self._unlocked_many_rollouts_to_attempted_rollouts(c, page.items)
         return PaginatedResult(items=items, limit=page.limit, offset=page.offset, total=page.total)
 
@@ -399,19 +379,12 @@ class RolloutsMixin(StoreCore[T_collections]):
 
     @tracked("query_attempts")
     @healthcheck_before
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: str | None = "sequence_id",
-        sort_order: Literal["asc", "desc"] = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
+    async def _query_attempts(self, rollout_id: str, query: AttemptQuery) -> PaginatedResult[Attempt]:
         """Attempts of a rollout (empty when unknown)."""
-        sort: Optional[SortOptions] = {"name": sort_by, "order": sort_order} if sort_by else None
         async with self._read("attempts") as c:
-            return await c.attempts.query(filter=_by_rollout(rollout_id), sort=sort, limit=limit, offset=offset)
+            return await c.attempts.query(
+                filter=_by_rollout(rollout_id), sort=query.sort(), limit=query.limit, offset=query.offset
+            )
 
     @tracked("get_latest_attempt")
     @healthcheck_before

@@ -27,7 +27,7 @@ from rollouthub.types import (
     Worker,
     WorkerStatus,
 )
-from rollouthub.types.queries import WorkerQuery
+from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, WorkerQuery
 
 from .. import wire
 from ..base import UNSET, paginated_json
@@ -195,17 +195,16 @@ async def start_rollout(call: Call) -> bytes:
     return _dump(attempted)
 
 
+def _arguments(query_type: Type[BaseModel], source: Any, **given: Any) -> Dict[str, Any]:
+    """The keyword arguments of a store query method: each field of its query object read from ``source`` (the
+    validated query parameters or body), ``given`` ones as given."""
+    return {name: given[name] if name in given else getattr(source, name) for name in query_type.model_fields}
+
+
 async def _rollouts(call: Call, q: Any, status_in: Any, rollout_id_in: Any) -> bytes:
     _pagination_of(Rollout, q)
     result = await call.server.query_rollouts(
-        status_in=status_in,
-        rollout_id_in=rollout_id_in,
-        rollout_id_contains=q.rollout_id_contains,
-        filter_logic=q.filter_logic,
-        sort_by=q.sort_by,
-        sort_order=q.sort_order,
-        limit=q.limit,
-        offset=q.offset,
+        **_arguments(RolloutQuery, q, status_in=status_in, rollout_id_in=rollout_id_in)
     )
     return paginated_json(result)
 
@@ -262,9 +261,7 @@ async def _attempts(call: Call, q: Any) -> bytes:
     (rollout_id,) = call.params
     check_text(rollout_id, "rollout_id")
     _pagination_of(Attempt, q, filter_logic=False)
-    result = await call.server.query_attempts(
-        rollout_id, sort_by=q.sort_by, sort_order=q.sort_order, limit=q.limit, offset=q.offset
-    )
+    result = await call.server.query_attempts(rollout_id, **_arguments(AttemptQuery, q))
     return paginated_json(result)
 
 
@@ -306,8 +303,7 @@ async def update_attempt(call: Call) -> bytes:
 
 async def _workers(call: Call, q: Any, status_in: Any) -> bytes:
     _pagination_of(Worker, q)
-    arguments = {name: getattr(q, name) for name in WorkerQuery.model_fields}
-    result = await call.server.query_workers(**{**arguments, "status_in": status_in})
+    result = await call.server.query_workers(**_arguments(WorkerQuery, q, status_in=status_in))
     return paginated_json(result)
 
 
@@ -354,14 +350,7 @@ async def query_resources(call: Call) -> bytes:
     q = call.query
     check_params(resources_id=q.resources_id, resources_id_contains=q.resources_id_contains)
     _pagination_of(ResourcesUpdate, q, filter_logic=False)
-    result = await call.server.query_resources(
-        resources_id=q.resources_id,
-        resources_id_contains=q.resources_id_contains,
-        sort_by=q.sort_by,
-        sort_order=q.sort_order,
-        limit=q.limit,
-        offset=q.offset,
-    )
+    result = await call.server.query_resources(**_arguments(ResourcesQuery, q))
     return paginated_json(result)
 
 
