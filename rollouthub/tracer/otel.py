@@ -404,6 +404,18 @@ class OtelTracer(Tracer):
 
             self._holds_openai_instrumentation = acquire_native_openai()
 
+    def preload(self) -> None:
+        """Import the store OTLP exporter and, unless ``instrument_openai=False``, the OpenAI SDK modules the native
+        instrumentation patches (nothing is patched here; see :meth:`Tracer.preload`)."""
+        try:
+            import rollouthub.utils.otlp  # noqa: F401
+        except ImportError:  # the exporter package is missing: init_worker says so
+            pass
+        if self._instrument_openai:
+            from rollouthub.instrumentation.openai import preload_openai
+
+            preload_openai()
+
     def _initialize_tracer_provider(self, worker_id: int) -> None:
         with self._provider_lock:
             if self._tracer_provider is not None:
