@@ -59,6 +59,7 @@ VLLM_INSTALLED: bool = _installed("vllm")
 WEAVE_INSTALLED: bool = _installed("weave")
 OPENAI_INSTALLED: bool = _installed("openai")
 
+
 def preload_instrumentation(*, agentops: bool = False) -> None:
     """Import, without applying anything, the SDKs the instrumentation patches: ``openai`` (the modules the native
     instrumentation patches) and, with ``agentops`` when it is installed, the AgentOps SDK and its integration.

@@ -489,7 +489,11 @@ def test_exporter_tags_each_distinct_resource_once(monkeypatch: pytest.MonkeyPat
     exporter.export(spans)
     [batch] = sent
     assert batch[0].resource is batch[1].resource  # one merge for the shared resource
-    assert dict(batch[0].resource.attributes) == {"service.name": "agent", AGL_ROLLOUT_ID: "ro-1", AGL_ATTEMPT_ID: "at-1"}
+    assert dict(batch[0].resource.attributes) == {
+        "service.name": "agent",
+        AGL_ROLLOUT_ID: "ro-1",
+        AGL_ATTEMPT_ID: "at-1",
+    }
     assert batch[2].resource is tagged  # already names this attempt: left alone
     assert (batch[3].resource.attributes[AGL_ROLLOUT_ID], batch[3].resource.attributes[AGL_ATTEMPT_ID]) == (
         "ro-1",
