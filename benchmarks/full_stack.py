@@ -496,6 +496,11 @@ class RunResult:
     timings: Dict[str, Dict[str, float]]
 
 
+TRACERS = {"otel": "rollouthub.tracer.otel.OtelTracer", "agentops": "rollouthub.tracer.agentops.AgentOpsTracer"}
+"""``--tracer`` choices: plain OTel, or AgentOps (the Trainer's default tracer; it falls back to native OTel tracing
+when the ``agentops`` extra is not installed)."""
+
+
 def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
     """Start a server (unless ``--store-url``), run the workload with a Trainer, and measure."""
     from rollouthub.algorithm import algo
@@ -538,7 +543,7 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
         n_runners=args.n_runners,
         store=store,
         strategy={"type": "cs", "managed_store": False, "n_runners": args.n_runners},
-        tracer="rollouthub.tracer.otel.OtelTracer",
+        tracer=TRACERS[args.tracer],
         runner={
             "type": "rollouthub.runner.LitAgentRunner",
             "poll_interval": args.runner_poll,
@@ -723,6 +728,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=ECHO_OPS,
         help="Requests per echo reference measurement (server CPU is read in 10 ms ticks: enough requests keep the "
         "rounding within a few percent).",
+    )
+    p.add_argument(
+        "--tracer",
+        choices=sorted(TRACERS),
+        default="otel",
+        help="Runner tracer: OtelTracer, or AgentOpsTracer (the Trainer's default; AgentOps when installed).",
     )
     p.add_argument("--runs", type=_positive, default=1)
     p.add_argument("--json-out", default=None, help="Append one JSON line per run to this file.")
