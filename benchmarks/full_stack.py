@@ -182,6 +182,11 @@ class LoadAlgorithm:
         self.last_progress = time.monotonic()
         self._submitted = 0
         self._next_poll = 0.0
+        self._session_spans = 0
+        if args.tracer == "agentops":
+            from rollouthub.instrumentation import AGENTOPS_INSTALLED
+
+            self._session_spans = 1 if AGENTOPS_INSTALLED else 0  # AgentOps adds a ``<rollout>.session`` root span
 
     async def _publish_resources(self, store: Any) -> str:
         from rollouthub.types import LLM
@@ -214,15 +219,16 @@ class LoadAlgorithm:
         v.checked += 1
         self.last_progress = time.monotonic()
         plan = plan_for(rollout.input, self.args.max_rounds, self.args.sleep_seconds)
-        v.expected_spans += plan.expected_spans
+        expected_spans = plan.expected_spans + self._session_spans
+        v.expected_spans += expected_spans
         if rollout.status != "succeeded":
             v.failures.append(f"{rollout.rollout_id}: status {rollout.status}")
             return
         spans = list(await store.query_spans(rollout.rollout_id, attempt_id="latest"))
         v.spans += len(spans)
         problems = []
-        if len(spans) != plan.expected_spans:
-            problems.append(f"{len(spans)} spans (expected {plan.expected_spans})")
+        if len(spans) != expected_spans:
+            problems.append(f"{len(spans)} spans (expected {expected_spans})")
         if not any(s.attributes.get(TASK_KEY) == rollout.input for s in spans):
             problems.append("no span with the task attribute")
         reward = find_final_reward(spans)
