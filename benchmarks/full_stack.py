@@ -21,7 +21,10 @@ first), instead of the reference's 5-second polls of every active rollout: throu
 than the polling period, and the driver's own polling stays cheap for the server.
 
 Report: rollouts/s, spans/s, queue-wait and attempt-duration percentiles, server CPU time per span and peak RSS
-(from ``/proc``), health-probe latency p95, and the verification result (lost rollouts / spans). Unless
+(from ``/proc``), CPU per rollout by process kind -- store server (``/proc/<pid>/stat``), runner processes
+(``getrusage(RUSAGE_CHILDREN)`` once they are joined: their start-up included), algorithm/trainer main process
+(``RUSAGE_SELF``) and the runtime side (runners + algorithm) -- with each runner's start-up CPU (its CPU seconds
+when its first rollout begins, median over runners), health-probe latency p95, and the verification result (lost rollouts / spans). Unless
 ``--no-echo-reference``, the CPU time per request of a bare Starlette JSON echo app served the same way is measured
 first (``http_micro.measure_echo``) and the server CPU per span is also given in those "echo requests": that figure
 compares across machines of different speed, which milliseconds do not. Examples::
@@ -104,8 +107,23 @@ def plan_for(task: str, max_rounds: int, sleep_seconds: float) -> AgentPlan:
     )
 
 
-def make_agent(max_rounds: int, sleep_seconds: float) -> Any:
-    """Build the ``@rollout`` agent (imported lazily so ``--help`` stays fast)."""
+_STARTUP_RECORDED = False
+
+
+def _record_startup_cpu(startup_dir: str) -> None:
+    """Once per runner process: write this process's CPU seconds so far (its start-up, up to its first rollout) to
+    ``<startup_dir>/<pid>``."""
+    global _STARTUP_RECORDED
+    if _STARTUP_RECORDED:
+        return
+    _STARTUP_RECORDED = True
+    with open(os.path.join(startup_dir, str(os.getpid())), "w") as fh:
+        fh.write(repr(_proc_cpu_seconds(os.getpid())))
+
+
+def make_agent(max_rounds: int, sleep_seconds: float, startup_dir: Optional[str] = None) -> Any:
+    """Build the ``@rollout`` agent (imported lazily so ``--help`` stays fast); with ``startup_dir`` each runner
+    process records its start-up CPU there on its first rollout."""
     from opentelemetry import trace
 
     from rollouthub.emitter import emit_reward
@@ -113,6 +131,8 @@ def make_agent(max_rounds: int, sleep_seconds: float) -> Any:
     from rollouthub.types import LLM
 
     async def full_stack_agent(task: str, llm: LLM) -> None:
+        if startup_dir is not None:
+            _record_startup_cpu(startup_dir)
         plan = plan_for(task, max_rounds, sleep_seconds)
         rng = random.Random(task + "/attrs")
         tracer = trace.get_tracer("benchmarks.full_stack")
@@ -162,6 +182,11 @@ class LoadAlgorithm:
         self.last_progress = time.monotonic()
         self._submitted = 0
         self._next_poll = 0.0
+        self._session_spans = 0
+        if args.tracer == "agentops":
+            from rollouthub.instrumentation import AGENTOPS_INSTALLED
+
+            self._session_spans = 1 if AGENTOPS_INSTALLED else 0  # AgentOps adds a ``<rollout>.session`` root span
 
     async def _publish_resources(self, store: Any) -> str:
         from rollouthub.types import LLM
@@ -194,15 +219,16 @@ class LoadAlgorithm:
         v.checked += 1
         self.last_progress = time.monotonic()
         plan = plan_for(rollout.input, self.args.max_rounds, self.args.sleep_seconds)
-        v.expected_spans += plan.expected_spans
+        expected_spans = plan.expected_spans + self._session_spans
+        v.expected_spans += expected_spans
         if rollout.status != "succeeded":
             v.failures.append(f"{rollout.rollout_id}: status {rollout.status}")
             return
         spans = list(await store.query_spans(rollout.rollout_id, attempt_id="latest"))
         v.spans += len(spans)
         problems = []
-        if len(spans) != plan.expected_spans:
-            problems.append(f"{len(spans)} spans (expected {plan.expected_spans})")
+        if len(spans) != expected_spans:
+            problems.append(f"{len(spans)} spans (expected {expected_spans})")
         if not any(s.attributes.get(TASK_KEY) == rollout.input for s in spans):
             problems.append("no span with the task attribute")
         reward = find_final_reward(spans)
@@ -463,6 +489,9 @@ class RunResult:
     db_cpu_ms_per_span: float
     runners_cpu_ms_per_rollout: float
     driver_cpu_ms_per_rollout: float
+    server_cpu_ms_per_rollout: float
+    runtime_cpu_ms_per_rollout: float
+    runner_startup_cpu_s: float
     server_peak_rss_mb: float
     health_p95_ms: float
     health_errors: int
@@ -471,6 +500,11 @@ class RunResult:
     lost_spans: int
     failures: List[str]
     timings: Dict[str, Dict[str, float]]
+
+
+TRACERS = {"otel": "rollouthub.tracer.otel.OtelTracer", "agentops": "rollouthub.tracer.agentops.AgentOpsTracer"}
+"""``--tracer`` choices: plain OTel, or AgentOps (the Trainer's default tracer; it falls back to native OTel tracing
+when the ``agentops`` extra is not installed)."""
 
 
 def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
@@ -515,7 +549,7 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
         n_runners=args.n_runners,
         store=store,
         strategy={"type": "cs", "managed_store": False, "n_runners": args.n_runners},
-        tracer="rollouthub.tracer.otel.OtelTracer",
+        tracer=TRACERS[args.tracer],
         runner={
             "type": "rollouthub.runner.LitAgentRunner",
             "poll_interval": args.runner_poll,
@@ -524,7 +558,8 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
         },
         algorithm=load_algorithm,
     )
-    agent = make_agent(args.max_rounds, args.sleep_seconds)
+    startup_dir = tempfile.mkdtemp(prefix="startup-", dir=workdir)
+    agent = make_agent(args.max_rounds, args.sleep_seconds, startup_dir)
     try:
         cpu_before = _proc_cpu_seconds(server.process.pid) if server else float("nan")
         db_before = asyncio.run(db_sampler.sample()) if db_sampler else {}
@@ -554,6 +589,12 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
     wall = max(1e-9, load.end_time - load.start_time)
     server_cpu = cpu_after - cpu_before
     health = _percentiles(prober.latencies)
+    runners_ms = 1000.0 * _cpu_delta(children_before, children_after) / max(1, v.checked)
+    driver_ms = 1000.0 * _cpu_delta(self_before, self_after) / max(1, v.checked)
+    startups = []
+    for name in os.listdir(startup_dir):
+        with open(os.path.join(startup_dir, name)) as fh:
+            startups.append(float(fh.read()))
     return RunResult(
         mode=args.mode,
         backend=backend if not args.store_url else args.store_url,
@@ -567,8 +608,11 @@ def run_once(args: argparse.Namespace, workdir: str) -> RunResult:
         server_cpu_s=server_cpu,
         server_cpu_ms_per_span=1000.0 * server_cpu / max(1, v.spans),
         db_cpu_ms_per_span=1000.0 * db_cpu / max(1, v.spans),
-        runners_cpu_ms_per_rollout=1000.0 * _cpu_delta(children_before, children_after) / max(1, v.checked),
-        driver_cpu_ms_per_rollout=1000.0 * _cpu_delta(self_before, self_after) / max(1, v.checked),
+        runners_cpu_ms_per_rollout=runners_ms,
+        driver_cpu_ms_per_rollout=driver_ms,
+        server_cpu_ms_per_rollout=1000.0 * server_cpu / max(1, v.checked),
+        runtime_cpu_ms_per_rollout=runners_ms + driver_ms,
+        runner_startup_cpu_s=statistics.median(startups) if startups else float("nan"),
         server_peak_rss_mb=peak_rss,
         health_p95_ms=1000.0 * health["p95"],
         health_errors=prober.errors,
@@ -592,7 +636,9 @@ def _print_result(r: RunResult, echo_ms: Optional[float] = None) -> None:
             if r.db_cpu_ms_per_span == r.db_cpu_ms_per_span
             else ""
         )
-        + f"CPU/rollout: runners {r.runners_cpu_ms_per_rollout:.0f} ms, driver {r.driver_cpu_ms_per_rollout:.0f} ms; "
+        + f"CPU/rollout: server {r.server_cpu_ms_per_rollout:.2f} ms, runners {r.runners_cpu_ms_per_rollout:.2f} ms "
+        f"(start-up {r.runner_startup_cpu_s:.3f} s per runner), algorithm {r.driver_cpu_ms_per_rollout:.2f} ms, "
+        f"runtime side {r.runtime_cpu_ms_per_rollout:.2f} ms; "
         f"health p95 {r.health_p95_ms:.1f} ms ({r.health_errors} errors); "
         f"queue wait p50/p95 {t['queue_wait_s']['p50']:.2f}/{t['queue_wait_s']['p95']:.2f}s; "
         f"attempt p50/p95 {t['attempt_duration_s']['p50']:.2f}/{t['attempt_duration_s']['p95']:.2f}s; "
@@ -689,6 +735,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Requests per echo reference measurement (server CPU is read in 10 ms ticks: enough requests keep the "
         "rounding within a few percent).",
     )
+    p.add_argument(
+        "--tracer",
+        choices=sorted(TRACERS),
+        default="otel",
+        help="Runner tracer: OtelTracer, or AgentOpsTracer (the Trainer's default; AgentOps when installed).",
+    )
     p.add_argument("--runs", type=_positive, default=1)
     p.add_argument("--json-out", default=None, help="Append one JSON line per run to this file.")
     p.add_argument("--debug", action="store_true")
@@ -720,7 +772,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"[median of {len(results)}] {statistics.median(r.rollouts_per_s for r in results):.1f} rollouts/s, "
             f"{statistics.median(r.spans_per_s for r in results):.0f} spans/s, "
             f"{cpu:.3f} ms server CPU/span" + (f" ({cpu / echo_ms:.2f} echo requests)" if echo_ms else "") + ", "
-            f"health p95 {statistics.median(r.health_p95_ms for r in results):.1f} ms",
+            f"health p95 {statistics.median(r.health_p95_ms for r in results):.1f} ms; CPU/rollout: server "
+            f"{statistics.median(r.server_cpu_ms_per_rollout for r in results):.2f} ms, runners "
+            f"{statistics.median(r.runners_cpu_ms_per_rollout for r in results):.2f} ms (start-up "
+            f"{statistics.median(r.runner_startup_cpu_s for r in results):.3f} s per runner), algorithm "
+            f"{statistics.median(r.driver_cpu_ms_per_rollout for r in results):.2f} ms, runtime side "
+            f"{statistics.median(r.runtime_cpu_ms_per_rollout for r in results):.2f} ms",
             flush=True,
         )
     lost = sum(r.lost_rollouts + r.lost_spans for r in results)

@@ -54,6 +54,12 @@ def restore_loggers() -> Iterator[None]:
         logger.disabled = disabled
 
 
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard output counts as a terminal (Rich is chosen only then)."""
+    monkeypatch.setattr(rh_logging, "_stream_is_terminal", lambda stream: True)
+
+
 def test_nothing_configured_at_import() -> None:
     import importlib
 
@@ -78,7 +84,7 @@ def test_setup_module_plain_console_handler() -> None:
     assert handler.formatter.datefmt == "%H:%M:%S"
 
 
-def test_setup_module_rich_handler_and_options() -> None:
+def test_setup_module_rich_handler_and_options(terminal: None) -> None:
     logger = rh_logging.setup_module(logging.WARNING, name="thirdparty")
     (handler,) = logger.handlers
     assert isinstance(handler, RichHandler)
@@ -117,7 +123,7 @@ def test_setup_configures_base_logger() -> None:
     assert len(base.handlers) == 1
 
 
-def test_setup_extra_handlers_and_formatter() -> None:
+def test_setup_extra_handlers_and_formatter(terminal: None) -> None:
     extra = ListHandler()
     formatter = logging.Formatter("CUSTOM %(message)s")
     rh_logging.setup("INFO", extra_handlers=[extra], formatter=formatter)
@@ -197,9 +203,47 @@ def test_capture_warnings() -> None:
     assert any("captured!" in r.getMessage() for r in collector.records)
 
 
-def test_configure_logger_is_deprecated() -> None:
+def test_configure_logger_is_deprecated(terminal: None) -> None:
     with pytest.warns(DeprecationWarning):
         logger = rh_logging.configure_logger(logging.DEBUG, name="thirdparty")
     assert logger.level == logging.DEBUG
     assert logger.propagate is False
     assert isinstance(logger.handlers[0], RichHandler)
+
+
+def test_plain_handler_when_stdout_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rh_logging, "_stream_is_terminal", lambda stream: False)
+    logger = rh_logging.setup_module("INFO", name="thirdparty")
+    (handler,) = logger.handlers
+    assert type(handler) is logging.StreamHandler
+    assert handler.formatter is not None and handler.formatter._fmt == rh_logging.DEFAULT_FORMAT
+    # A Rich console given explicitly still gets Rich.
+    from rich.console import Console
+
+    logger = rh_logging.setup_module("INFO", name="thirdparty", color={"console": Console(width=200)})
+    assert isinstance(logger.handlers[0], RichHandler)
+    # setup()'s formatter replaces the plain stand-in's default format.
+    formatter = logging.Formatter("CUSTOM %(message)s")
+    rh_logging.setup("INFO", formatter=formatter)
+    (console,) = logging.getLogger("rollouthub").handlers
+    assert console.formatter is formatter
+
+
+def test_plain_and_rich_handlers_write_the_same_message_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    message = "Finished rollout ro-1 [attempt at-1] in 0.12 s: reward=1.5 {'k': [1, 2]}"
+    record = logging.LogRecord("rollouthub.runner", logging.INFO, __file__, 1, "%s", (message,), None)
+    plain_out, rich_out = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stdout", plain_out)
+    monkeypatch.setattr(rh_logging, "_stream_is_terminal", lambda stream: False)
+    plain = rh_logging.setup_module("INFO", name="thirdparty").handlers[0]
+    rich = rh_logging.setup_module(
+        "INFO", name="thirdparty", color={"console": Console(file=rich_out, width=400, color_system=None)}
+    ).handlers[0]
+    plain.handle(record)
+    rich.handle(record)
+    assert plain_out.getvalue().rstrip("\n").endswith("   " + message)
+    assert message in rich_out.getvalue()

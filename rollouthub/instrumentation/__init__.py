@@ -39,6 +39,7 @@ __all__ = [
     "VLLM_INSTALLED",
     "WEAVE_INSTALLED",
     "OPENAI_INSTALLED",
+    "preload_instrumentation",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,45 @@ LITELLM_INSTALLED: bool = _installed("litellm")
 VLLM_INSTALLED: bool = _installed("vllm")
 WEAVE_INSTALLED: bool = _installed("weave")
 OPENAI_INSTALLED: bool = _installed("openai")
+
+
+_AGENTOPS_OPENAI_MODULES = (
+    "openai.types.beta",
+    "openai.resources.beta",
+    "openai.resources.beta.assistants",
+    "openai.resources.beta.threads",
+    "openai.resources.beta.threads.messages",
+    "openai.resources.beta.threads.runs",
+    "openai.resources.completions",
+    "openai.resources.embeddings",
+    "openai.resources.images",
+    "agentops.instrumentation.providers.openai.instrumentor",
+)
+"""Modules ``agentops.init()`` imports to instrument OpenAI (AgentOps 0.4), preloaded with ``agentops=True``."""
+
+
+def preload_instrumentation(*, agentops: bool = False) -> None:
+    """Import, without applying anything, the SDKs the instrumentation patches: ``openai`` (the modules the native
+    instrumentation patches) and, with ``agentops`` when it is installed, the AgentOps SDK and its integration.
+
+    Importing ``openai`` alone costs about half a second of CPU (over a thousand modules). A process that forks runner
+    processes calls this once before forking, so that the children inherit the modules instead of each importing
+    them again. Nothing is patched, no thread is started; missing packages are skipped silently.
+    """
+    if OPENAI_INSTALLED:
+        from .openai import preload_openai
+
+        preload_openai()
+    if agentops and AGENTOPS_INSTALLED:
+        importlib.import_module("agentops")
+        importlib.import_module(f"{__name__}.agentops")
+        # What ``agentops.init()`` imports to wrap OpenAI (the beta/assistants resources alone are ~500 modules).
+        for name in _AGENTOPS_OPENAI_MODULES if OPENAI_INSTALLED else ():
+            try:
+                importlib.import_module(name)
+            except ImportError:  # another AgentOps or OpenAI layout: init() imports what it needs
+                logger.debug("preload: %s is not importable; skipped.", name)
+
 
 _instrument_all_held_openai: List[bool] = []
 """For each ``instrument_all`` call not yet undone, whether it took a native OpenAI reference."""

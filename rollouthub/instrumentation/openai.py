@@ -651,6 +651,16 @@ def _targets() -> List[Tuple[Any, str, str, bool]]:
     return targets
 
 
+def preload_openai() -> None:
+    """Import ``openai`` and the resource modules :func:`instrument_openai` patches, patching nothing (see
+    :func:`rollouthub.instrumentation.preload_instrumentation`); a no-op when ``openai`` is not installed."""
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        return
+    _targets()
+
+
 def acquire_native_openai() -> bool:
     """Apply the instrumentation for one more user; returns whether this caller holds a reference.
 

@@ -79,6 +79,15 @@ class AgentOpsTracer(OtelTracer):
         """True when running without the AgentOps SDK (plain OTel + native OpenAI instrumentation)."""
         return self._fallback
 
+    def preload(self) -> None:
+        """Import what :meth:`init_worker` needs (the OTLP exporter; with ``instrument_managed`` the OpenAI SDK and,
+        when installed, AgentOps), initialising nothing (see :meth:`Tracer.preload`)."""
+        super().preload()
+        if self.instrument_managed:
+            from rollouthub.instrumentation import preload_instrumentation
+
+            preload_instrumentation(agentops=True)
+
     def instrument(self, worker_id: int) -> None:
         """Apply every available instrumentation (``instrument_all``)."""
         from rollouthub.instrumentation import instrument_all

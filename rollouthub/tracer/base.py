@@ -150,6 +150,13 @@ class Tracer(ParallelWorkerBase):
         self.worker_id = worker_id
         self._store = store
 
+    def preload(self) -> None:
+        """Import, in this process, the heavy modules :meth:`init_worker` will need, applying and starting nothing.
+
+        Called by the Trainer before its execution strategy starts runner processes: forked runners then inherit
+        the modules instead of each importing them again. The default imports nothing.
+        """
+
     def teardown_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
         """Forget the worker id (the store reference is kept until re-initialised)."""
         self.worker_id = None

@@ -9,7 +9,7 @@ import threading
 import time
 import warnings
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Dict, Iterator, List, Optional, Set, Tuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
@@ -391,6 +391,7 @@ class OtelTracer(Tracer):
         self._provider_lock = threading.Lock()
         self._instrument_openai = instrument_openai
         self._holds_openai_instrumentation = False
+        self._otel_tracers: Dict[str, Tuple[TracerProvider, trace_api.Tracer]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -402,6 +403,18 @@ class OtelTracer(Tracer):
             from rollouthub.instrumentation.openai import acquire_native_openai
 
             self._holds_openai_instrumentation = acquire_native_openai()
+
+    def preload(self) -> None:
+        """Import the store OTLP exporter and, unless ``instrument_openai=False``, the OpenAI SDK modules the native
+        instrumentation patches (nothing is patched here; see :meth:`Tracer.preload`)."""
+        try:
+            import rollouthub.utils.otlp  # noqa: F401
+        except ImportError:  # the exporter package is missing: init_worker says so
+            pass
+        if self._instrument_openai:
+            from rollouthub.instrumentation.openai import preload_openai
+
+            preload_openai()
 
     def _initialize_tracer_provider(self, worker_id: int) -> None:
         with self._provider_lock:
@@ -461,8 +474,15 @@ class OtelTracer(Tracer):
         return self._tracer_provider
 
     def get_otel_tracer(self, name: str = "rollouthub") -> trace_api.Tracer:
-        """An OpenTelemetry ``Tracer`` bound to this tracer's provider."""
-        return self._require_provider().get_tracer(name)
+        """An OpenTelemetry ``Tracer`` bound to this tracer's provider: one per name and provider, created on first
+        use (every ``emit_reward`` and ``create_span`` uses it, so it is not rebuilt each time)."""
+        provider = self._require_provider()
+        cached = self._otel_tracers.get(name)
+        if cached is not None and cached[0] is provider:
+            return cached[1]
+        tracer = provider.get_tracer(name)
+        self._otel_tracers[name] = (provider, tracer)
+        return tracer
 
     # ------------------------------------------------------------------ native OTLP switching
 

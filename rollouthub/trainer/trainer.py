@@ -374,6 +374,9 @@ class Trainer:
         # An interrupted run cancels the rollouts it enqueued and no runner finished (see .interruption).
         enqueues = algorithm is not None and getattr(self.strategy, "role", "both") != "runner"
         before = note_unfinished(self.store) if enqueues else None
+        if getattr(self.strategy, "role", "both") != "algorithm":
+            # Runners run here or in processes forked from here: import the tracer's heavy modules once, now.
+            self.tracer.preload()
         with sigterm_raises(only_if_default=True):
             self.strategy.execute(with_progress_line(algorithm_bundle, self.progress), runner_bundle, self.store)
         interruption = getattr(self.strategy, "interrupted", None)

@@ -9,7 +9,7 @@ resolved from the server package on first access (compatibility aliases, never u
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from rollouthub.semconv import LightningResourceAttributes
 
@@ -127,9 +127,24 @@ class LightningStoreOTLPExporter(_exporter_base()):  # type: ignore[misc]
             if self.should_bypass():
                 return SpanExportResult.SUCCESS
             return super().export(spans)
-        extra = Resource({AGL_ROLLOUT_ID: self._rollout_id, AGL_ATTEMPT_ID: self._attempt_id})
+        ids = {AGL_ROLLOUT_ID: self._rollout_id, AGL_ATTEMPT_ID: self._attempt_id}
+        extra: Optional[Resource] = None
+        # Spans of one provider share one resource object: merge once per distinct resource of the batch, and not
+        # at all when the resource already names this rollout and attempt (the tracer sets them on its provider).
+        merged: Dict[int, Tuple[Any, Any]] = {}
         for span in spans:
             resource = getattr(span, "_resource", None)
-            if resource is not None:
-                span._resource = resource.merge(extra)
+            if resource is None:
+                continue
+            known = merged.get(id(resource))
+            if known is None:
+                attributes = resource.attributes
+                if all(attributes.get(key) == value for key, value in ids.items()):
+                    target = resource
+                else:
+                    extra = extra or Resource(ids)
+                    target = resource.merge(extra)
+                known = merged[id(resource)] = (resource, target)
+            if known[1] is not resource:
+                span._resource = known[1]
         return super().export(spans)
