@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union, cast
 
 from pydantic_core import to_json
 from typing_extensions import TypedDict
@@ -29,6 +29,7 @@ from rollouthub.types import (
     WorkerStatus,
 )
 from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
+from rollouthub.types.updates import AttemptUpdate, RolloutUpdate
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -551,7 +552,15 @@ class LightningStore:
         config: RolloutConfig | Unset = UNSET,
         metadata: Dict[str, Any] | None | Unset = UNSET,
     ) -> Rollout:
-        """Replace the provided rollout fields; terminal statuses stamp ``end_time``."""
+        """Replace the provided rollout fields; terminal statuses stamp ``end_time``. Passes the fields given (a
+        :class:`~rollouthub.types.updates.RolloutUpdate`) to :meth:`_update_rollout`."""
+        updates = provided_fields(
+            input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
+        )
+        return await self._update_rollout(rollout_id, cast(RolloutUpdate, updates))
+
+    async def _update_rollout(self, rollout_id: str, updates: RolloutUpdate) -> Rollout:
+        """Apply a rollout update (see :meth:`update_rollout`)."""
         raise NotImplementedError()
 
     async def update_attempt(
@@ -563,7 +572,17 @@ class LightningStore:
         last_heartbeat_time: float | Unset = UNSET,
         metadata: Dict[str, Any] | None | Unset = UNSET,
     ) -> Attempt:
-        """Update an attempt; updates of the latest attempt propagate to the rollout status."""
+        """Update an attempt; updates of the latest attempt propagate to the rollout status. Passes the fields given
+        (an :class:`~rollouthub.types.updates.AttemptUpdate`) to :meth:`_update_attempt`."""
+        updates = provided_fields(
+            status=status, worker_id=worker_id, last_heartbeat_time=last_heartbeat_time, metadata=metadata
+        )
+        return await self._update_attempt(rollout_id, attempt_id, cast(AttemptUpdate, updates))
+
+    async def _update_attempt(
+        self, rollout_id: str, attempt_id: str | Literal["latest"], updates: AttemptUpdate
+    ) -> Attempt:
+        """Apply an attempt update (see :meth:`update_attempt`)."""
         raise NotImplementedError()
 
     async def query_workers(

@@ -23,7 +23,6 @@ from pydantic_core import to_jsonable_python
 from rollouthub.types import (
     Attempt,
     AttemptedRollout,
-    AttemptStatus,
     EnqueueRolloutRequest,
     NamedResources,
     PaginatedResult,
@@ -31,12 +30,12 @@ from rollouthub.types import (
     Rollout,
     RolloutConfig,
     RolloutMode,
-    RolloutStatus,
     Span,
     TaskInput,
     Worker,
 )
 from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
+from rollouthub.types.updates import AttemptUpdate, RolloutUpdate
 
 from ..base import (
     UNSET,
@@ -44,7 +43,6 @@ from ..base import (
     LightningStoreCapabilities,
     LightningStoreStatistics,
     Unset,
-    provided_fields,
     sleep_unless_abandoned,
 )
 from .transport import (
@@ -364,20 +362,9 @@ class LightningStoreClient(HttpTransport, LightningStore):
             return None
         return parse(data) if data else None
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | None | Unset = UNSET,
-        resources_id: str | None | Unset = UNSET,
-        status: RolloutStatus | Unset = UNSET,
-        config: RolloutConfig | Unset = UNSET,
-        metadata: Dict[str, Any] | None | Unset = UNSET,
-    ) -> Rollout:
+    async def _update_rollout(self, rollout_id: str, updates: RolloutUpdate) -> Rollout:
         """Update the provided fields (``POST /rollouts/{id}``); ``status=None``/``config=None`` → HTTP 400."""
-        body = provided_fields(
-            input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
-        )
+        body: Dict[str, Any] = dict(updates)
         for key in ("input", "metadata"):
             if key in body:
                 body[key] = _jsonable(body[key])
@@ -400,19 +387,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
             f"/rollouts/{_q(rollout_id)}/attempts/latest", Attempt.model_validate, f"get_latest_attempt({rollout_id})"
         )
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"],
-        status: AttemptStatus | Unset = UNSET,
-        worker_id: str | Unset = UNSET,
-        last_heartbeat_time: float | Unset = UNSET,
-        metadata: Dict[str, Any] | None | Unset = UNSET,
+    async def _update_attempt(
+        self, rollout_id: str, attempt_id: str | Literal["latest"], updates: AttemptUpdate
     ) -> Attempt:
         """Update the provided attempt fields (``POST /rollouts/{id}/attempts/{aid}``)."""
-        body = provided_fields(
-            status=status, worker_id=worker_id, last_heartbeat_time=last_heartbeat_time, metadata=metadata
-        )
+        body: Dict[str, Any] = dict(updates)
         if "metadata" in body:
             body["metadata"] = _jsonable(body["metadata"])
         data = await self._request_json("post", f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}", json=body)

@@ -20,15 +20,12 @@ from typing import (
 from rollouthub.types import (
     Attempt,
     AttemptedRollout,
-    AttemptStatus,
     Rollout,
 )
+from rollouthub.types.updates import AttemptUpdate
 
 from ..base import (
-    UNSET,
-    Unset,
     is_finished,
-    provided_fields,
 )
 from ..collection.base import LightningCollections
 from ..utils import (
@@ -53,21 +50,11 @@ class AttemptsMixin(StoreCore[T_collections]):
 
     @tracked("update_attempt")
     @healthcheck_before
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"],
-        status: AttemptStatus | Unset = UNSET,
-        worker_id: str | Unset = UNSET,
-        last_heartbeat_time: float | Unset = UNSET,
-        metadata: Dict[str, Any] | None | Unset = UNSET,
+    async def _update_attempt(
+        self, rollout_id: str, attempt_id: str | Literal["latest"], updates: AttemptUpdate
     ) -> Attempt:
         """Update an attempt; the latest attempt's status propagates to the rollout (with retries)."""
-        updates = provided_fields(
-            status=status, worker_id=worker_id, last_heartbeat_time=last_heartbeat_time, metadata=metadata
-        )
-
-        sync_worker = bool(isinstance(worker_id, str) and worker_id) or not isinstance(status, Unset)
+        sync_worker = bool(updates.get("worker_id")) or "status" in updates
 
         async def apply(c: LightningCollections) -> Tuple[Attempt, Optional[Rollout]]:
             attempt, changed = await self._unlocked_update_attempt_and_rollout(c, rollout_id, attempt_id, updates)
@@ -82,7 +69,7 @@ class AttemptsMixin(StoreCore[T_collections]):
 
     @tracked("_unlocked_update_attempt_and_rollout")
     async def _unlocked_update_attempt_and_rollout(
-        self, c: LightningCollections, rollout_id: str, attempt_id: str, updates: Dict[str, Any]
+        self, c: LightningCollections, rollout_id: str, attempt_id: str, updates: AttemptUpdate
     ) -> Tuple[Attempt, Optional[Rollout]]:
         """Inside a unit: update one attempt; when it is the latest, propagate its status to the rollout."""
         rollout, latest, target = await c.get_rollout_and_attempts(
@@ -96,13 +83,13 @@ class AttemptsMixin(StoreCore[T_collections]):
             target = latest
         elif target is None:
             raise ValueError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
-        updates = dict(updates)
-        if "status" in updates and attempt_status_sets_end_time(updates["status"]):
-            updates["end_time"] = time.time()
+        fields: Dict[str, Any] = dict(updates)
+        if "status" in fields and attempt_status_sets_end_time(fields["status"]):
+            fields["end_time"] = time.time()
         attempt = target
-        if updates:
-            attempt = Attempt.model_validate({**target.__dict__, **updates})
-            await c.attempts.update([attempt], update_fields=list(updates))
+        if fields:
+            attempt = Attempt.model_validate({**target.__dict__, **fields})
+            await c.attempts.update([attempt], update_fields=list(fields))
         if attempt.attempt_id != latest.attempt_id:
             return attempt, None
         new_status = derive_rollout_status(attempt.status, attempt.sequence_id, rollout.config)

@@ -30,12 +30,8 @@ from rollouthub.types import (
     TaskInput,
 )
 from rollouthub.types.queries import AttemptQuery, RolloutQuery
+from rollouthub.types.updates import RolloutUpdate
 
-from ..base import (
-    UNSET,
-    Unset,
-    provided_fields,
-)
 from ..collection.base import (
     LightningCollections,
     PoppedRollout,
@@ -399,20 +395,8 @@ class RolloutsMixin(StoreCore[T_collections]):
 
     @tracked("update_rollout")
     @healthcheck_before
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | None | Unset = UNSET,
-        resources_id: str | None | Unset = UNSET,
-        status: RolloutStatus | Unset = UNSET,
-        config: RolloutConfig | Unset = UNSET,
-        metadata: Dict[str, Any] | None | Unset = UNSET,
-    ) -> Rollout:
+    async def _update_rollout(self, rollout_id: str, updates: RolloutUpdate) -> Rollout:
         """Replace the provided fields (no transition guard); terminal statuses stamp ``end_time``."""
-        updates = provided_fields(
-            input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
-        )
 
         async def apply(c: LightningCollections) -> Rollout:
             existing = await c.rollouts.get(filter={"rollout_id": {"exact": rollout_id}})
