@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-
 from .base import DuplicatedPrimaryKeyError
 from .sql_caches import CACHED_TABLES, cache_rollouts, follow_writes, merged
 from .sql_schema import TableSpec
