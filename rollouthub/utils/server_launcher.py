@@ -11,8 +11,7 @@ Design notes (differences from the reference, all documented in ``docs/server.md
   reset). With ``max_header_bytes`` set -- or where ``zttp`` is not installed (it needs Python >= 3.11) -- uvicorn's
   ``h11`` protocol serves instead, bounding the head at ``max_header_bytes`` (default 64 KiB) at roughly three times
   the HTTP CPU per request (``docs/server.md``, "Slow and dawdling clients"). No choice leaves request heads
-  unbounded. Either protocol writes through :class:`~rollouthub.utils.write_coalescing.CoalescingTransport`, so a
-  response head and its body leave in one ``send`` (uvicorn writes them separately).
+  unbounded. Both are uvicorn's stock protocols, used as they are.
 * ``mp`` mode with ``n_workers > 1`` does not need gunicorn: a supervisor process (forked from the caller) binds
   nothing itself but inherits the pre-bound socket, forks ``n_workers`` uvicorn workers that all accept on that socket
   (the app and its store are created once and inherited, like gunicorn's ``preload_app``), restarts workers that die
@@ -343,18 +342,11 @@ class PythonServerLauncher:
     # -- uvicorn -------------------------------------------------------------------------------------------------------
     def _uvicorn_server(self) -> Any:
         import uvicorn
-        from uvicorn.config import HTTP_PROTOCOLS
-        from uvicorn.importer import import_from_string
-
-        from .write_coalescing import coalescing_protocol
 
         protocol, max_head = http_protocol(self.args.max_header_bytes)
-        # uvicorn's protocol, unchanged, writing through a transport that sends a response head and its body in one
-        # system call (rollouthub.utils.write_coalescing).
-        protocol_class = import_from_string(HTTP_PROTOCOLS[protocol])
         config = uvicorn.Config(
             self.app,
-            http=coalescing_protocol(protocol_class),  # type: ignore[arg-type]  # a factory works like a class
+            http=protocol,
             host=self._host,
             port=self._port,
             log_level=_uvicorn_log_level(self.args.log_level),

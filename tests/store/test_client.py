@@ -246,6 +246,14 @@ async def test_pickling_keeps_configuration_and_recreates_sessions(server: Scrip
     await client.close()
 
 
+async def test_close_closes_a_session_that_served_no_request(server: ScriptedServer) -> None:
+    """A session taken but never used for a request (its close-at-loop-shutdown guard not yet started) is closed too."""
+    client = make_client(server)
+    session = client._get_session()
+    await client.close()
+    assert session.closed
+
+
 async def test_close_closes_the_session_and_a_new_one_is_created_on_demand(server: ScriptedServer) -> None:
     client = make_client(server)
     server.default("GET", "/statistics", Reply(200, {"name": "X"}))

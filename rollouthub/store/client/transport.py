@@ -241,30 +241,35 @@ async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncGenera
 
 
 class _SessionEntry:
-    """A cached session, the loop it belongs to and the generator that closes it when that loop shuts down."""
+    """A cached session, the loop it belongs to and the generator that closes it when that loop shuts down.
 
-    __slots__ = ("loop", "session", "_guard")
+    The guard generator is started by :meth:`arm` (awaited on the session's loop): its first step registers it with
+    that loop through the asyncgen "firstiter" hook, so the loop's shutdown (``asyncio.run``) finalizes it.
+    """
+
+    __slots__ = ("loop", "session", "_guard", "_armed")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
         self.loop = loop
         self.session = session
-        guard: Optional[AsyncGenerator[None, None]] = _close_at_loop_shutdown(session)
-        try:
-            # Run the generator up to its ``yield`` synchronously (no await happens before it); this registers it
-            # with the running loop through the asyncgen "firstiter" hook.
-            guard.asend(None).send(None)  # type: ignore[union-attr]
-        except StopIteration:
-            pass
-        except Exception:  # pragma: no cover - defensive: fall back to explicit closing only
-            guard = None
-        self._guard = guard
+        self._guard: Optional[AsyncGenerator[None, None]] = _close_at_loop_shutdown(session)
+        self._armed = False
+
+    async def arm(self) -> None:
+        """Start the guard generator (once), so that the loop's shutdown closes the session."""
+        guard = self._guard
+        if self._armed or guard is None:
+            return
+        self._armed = True
+        await anext(guard)  # runs up to the generator's ``yield``: nothing is awaited before it
 
     async def aclose(self) -> None:
         """Close the session (and finish the guard generator, so it is not finalized again later)."""
         guard, self._guard = self._guard, None
+        armed, self._armed = self._armed, False
         if guard is not None:
-            await guard.aclose()
-        elif not self.session.closed:
+            await guard.aclose()  # runs the guard's ``finally`` (closing the session) only when it was started
+        if not armed and not self.session.closed:
             await self.session.close()
 
 
@@ -406,10 +411,14 @@ class HttpTransport:
             return session
 
     async def _session(self) -> aiohttp.ClientSession:
-        """``_get_session()``, also accepting an awaitable result (tests may patch it with an async function)."""
+        """``_get_session()``, also accepting an awaitable result (tests may patch it with an async function); arms the
+        session's close-at-loop-shutdown guard on first use."""
         session: Any = self._get_session()
         if inspect.isawaitable(session):
             session = await session
+        entry = self._sessions.get(id(asyncio.get_running_loop()))
+        if entry is not None and entry.session is session:
+            await entry.arm()
         return session
 
     # -- request machinery ---------------------------------------------------------------------------------------------

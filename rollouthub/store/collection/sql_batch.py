@@ -38,8 +38,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from rollouthub.utils.overlap import overlapped
-
 from .base import DuplicatedPrimaryKeyError
 from .sql_caches import CACHED_TABLES, WrittenRows, cache_rollouts, follow_writes, merged
 from .sql_schema import TableSpec
@@ -704,7 +702,7 @@ class WriteBatch:
         optimistic_enqueue = enqueue is not None and unit.optimistic
 
         def follow() -> Tuple[Optional[Dict[str, List[Any]]], Optional[Dict[str, Any]]]:
-            """What the caches will hold if the statement succeeds (computed while it runs)."""
+            """What the caches will hold now that the statement succeeded."""
             new_rollouts = None
             if optimistic_enqueue:
                 spec = backend.schema.specs["rollouts"]
@@ -719,11 +717,12 @@ class WriteBatch:
         import asyncpg
 
         try:
-            rows, (after, new_rollouts) = await overlapped(unit.fetch_sql(sql, params), follow)
+            rows = await unit.fetch_sql(sql, params)
         except asyncpg.UniqueViolationError as exc:
             if getattr(exc, "table_name", None) == "span_sequence_ids":  # a counter created concurrently
                 raise GuardConflict("a counter the unit creates was created concurrently") from None
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {exc.detail or exc}") from None
+        after, new_rollouts = follow()
         row = rows[0]
         cache = backend.rollout_cache
         if not row[0]:
