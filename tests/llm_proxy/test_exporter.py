@@ -107,18 +107,23 @@ async def test_otlp_path_through_the_store_server(store: InMemoryLightningStore)
         await server.stop()
 
 
+class _UnreachableOtlpStore(InMemoryLightningStore):
+    """A store whose OTLP endpoint is a free port nobody listens on."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self._port = port
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, otlp_traces=True)
+
+    def otlp_traces_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._port}/v1/traces"
+
+
 async def test_otlp_failure_is_reported() -> None:
-    port = pick_free_port()
-
-    class Unreachable(InMemoryLightningStore):
-        @property
-        def capabilities(self) -> LightningStoreCapabilities:
-            return LightningStoreCapabilities(thread_safe=True, async_safe=True, otlp_traces=True)
-
-        def otlp_traces_endpoint(self) -> str:
-            return f"http://127.0.0.1:{port}/v1/traces"
-
-    exporter = LightningSpanExporter(_store=Unreachable())
+    exporter = LightningSpanExporter(_store=_UnreachableOtlpStore(pick_free_port()))
     assert await exporter.export_async(request_spans("r", "a", "1")) == SpanExportResult.FAILURE
     assert await asyncio.to_thread(exporter.export, request_spans("r", "a", "1")) == SpanExportResult.FAILURE
 
@@ -165,17 +170,7 @@ async def test_concurrent_otlp_writes_are_group_committed(store: InMemoryLightni
 
 
 async def test_a_failed_group_commit_fails_every_writer() -> None:
-    port = pick_free_port()
-
-    class Unreachable(InMemoryLightningStore):
-        @property
-        def capabilities(self) -> LightningStoreCapabilities:
-            return LightningStoreCapabilities(thread_safe=True, async_safe=True, otlp_traces=True)
-
-        def otlp_traces_endpoint(self) -> str:
-            return f"http://127.0.0.1:{port}/v1/traces"
-
-    exporter = LightningSpanExporter(_store=Unreachable())
+    exporter = LightningSpanExporter(_store=_UnreachableOtlpStore(pick_free_port()))
     results = await asyncio.gather(*(exporter.export_async(request_spans("r", "a", str(i))) for i in range(8)))
     assert results == [SpanExportResult.FAILURE] * 8
 
