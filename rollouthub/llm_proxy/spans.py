@@ -338,13 +338,26 @@ def record_call_spans(tracer: trace_api.Tracer, collector: TraceCollector, recor
 # Direct OTLP encoding (what the exporter sends to a store that accepts OTLP)
 # ---------------------------------------------------------------------------------------------------------------------
 
-_PRIMITIVES = (str, bool, int, float)
+_PRIMITIVES = frozenset((str, bool, int, float))
 # a span without a remote parent, as the OTLP encoder flags it
 _FLAGS = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 
 
+def _is_plain(value: Any) -> bool:
+    """Whether the SDK keeps an attribute value as it is: a primitive, or a list/tuple of primitives."""
+    kind = type(value)
+    if kind in _PRIMITIVES:
+        return True
+    return (kind is list or kind is tuple) and all(type(item) in _PRIMITIVES for item in value)
+
+
 def _any_value(value: Any) -> AnyValue:
     """An attribute value (already cleaned: a primitive, ``None`` or a sequence of those) as an OTLP ``AnyValue``."""
+    kind = type(value)
+    if kind is str:
+        return AnyValue(string_value=value)
+    if kind is int:
+        return AnyValue(int_value=value)
     if value is None:
         return AnyValue()
     if isinstance(value, bool):
@@ -402,7 +415,7 @@ class CallEncoder:
 
     def _attributes(self, attributes: Dict[str, Any]) -> Tuple[List[KeyValue], int]:
         """(encoded attributes, dropped count) after the SDK's cleaning and count/length limits."""
-        simple = self._max_length is None and all(type(value) in _PRIMITIVES for value in attributes.values())
+        simple = self._max_length is None and all(map(_is_plain, attributes.values()))
         if simple and (self._max_attributes is None or len(attributes) <= self._max_attributes):
             return _key_values(attributes), 0  # nothing the SDK would change
         bounded = BoundedAttributes(self._max_attributes, attributes, immutable=False, max_value_len=self._max_length)
