@@ -9,6 +9,7 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import SpanLimits
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from rollouthub.llm_proxy.callbacks import TRACER_NAME, LightningOpenTelemetry
 from rollouthub.llm_proxy.exporter import LightningSpanExporter
@@ -199,3 +200,57 @@ def test_concatenated_bodies_are_one_request() -> None:
         kv.value.int_value for rs in joined.resource_spans for kv in rs.resource.attributes if kv.value.int_value
     ]
     assert sequence == [1, 2]
+
+
+async def test_spans_stored_through_the_server_equal_the_sdk_path() -> None:
+    """End to end: what the store keeps from the direct path equals what it keeps from the SDK path."""
+    import asyncio
+    from functools import partial
+
+    from rollouthub.semconv import LightningResourceAttributes
+    from rollouthub.store.client_server import LightningStoreServer
+    from rollouthub.types import Span
+    from rollouthub.utils.server_launcher import pick_free_port
+
+    server = LightningStoreServer(InMemoryLightningStore(thread_safe=True), host="127.0.0.1", port=pick_free_port())
+    await server.start()
+    otel = LightningOpenTelemetry()
+    try:
+        rollout = await server.start_rollout({"x": 1})
+        rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+        records = []
+        for sequence in (1, 2):
+            record = make_record("chat")
+            record.headers = {"x-rollout-id": rid, "x-attempt-id": aid, "x-sequence-id": str(sequence)}
+            records.append(record)
+        records[1].start_ns, records[1].upstream_start_ns, records[1].end_ns = (
+            records[0].start_ns,
+            records[0].upstream_start_ns,
+            records[0].end_ns,
+        )
+        old = otel.exporter.export_async(record_call_spans(otel.tracer, otel.collector, records[0]), store=server)
+        new = otel.exporter.export_encoded_async(
+            records[1].headers, partial(otel.encoder.encode, records[1]), store=server
+        )
+        assert await asyncio.gather(old, new) == [SpanExportResult.SUCCESS] * 2
+        stored = await server.query_spans(rid)
+    finally:
+        otel.shutdown()
+        await server.stop()
+
+    def content(spans: List[Span]) -> List[Dict[str, Any]]:
+        names = {span.span_id: span.name for span in spans}
+        rows = []
+        for span in spans:
+            row = span.model_dump(exclude={"sequence_id", "trace_id", "span_id", "parent_id", "context", "parent"})
+            row["parent"] = names.get(span.parent_id) if span.parent_id else None
+            row["attributes"].pop("metadata.requester_custom_headers", None)
+            row["resource"]["attributes"].pop(LightningResourceAttributes.SPAN_SEQUENCE_ID.value)
+            if span.name == "openai.tool_call":
+                del row["start_time"], row["end_time"]
+            rows.append(row)
+        return sorted(rows, key=repr)
+
+    by_sequence = {1: [s for s in stored if s.sequence_id == 1], 2: [s for s in stored if s.sequence_id == 2]}
+    assert len(by_sequence[1]) == len(by_sequence[2]) == 5
+    assert content(by_sequence[2]) == content(by_sequence[1])
