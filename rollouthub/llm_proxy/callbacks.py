@@ -21,7 +21,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from .exporter import LightningSpanExporter
 from .models import Deployment
-from .spans import TraceCollector
+from .spans import CallEncoder, TraceCollector
+
+TRACER_NAME = "rollouthub.llm_proxy"
+"""Instrumentation scope of the proxy's spans."""
 
 __all__ = [
     "LLMProxyCallback",
@@ -91,11 +94,12 @@ class LightningOpenTelemetry(LLMProxyCallback):
         self.collector = TraceCollector()
         self.tracer_provider.add_span_processor(self.collector)
         self.exporter = LightningSpanExporter()
+        self.encoder = CallEncoder(self.tracer_provider.resource, TRACER_NAME)
 
     @property
     def tracer(self) -> trace_api.Tracer:
         """The tracer the engine records spans with."""
-        return self.tracer_provider.get_tracer("rollouthub.llm_proxy")
+        return self.tracer_provider.get_tracer(TRACER_NAME)
 
     def shutdown(self) -> None:
         """Stop the exporter's private loop."""

@@ -27,6 +27,7 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -553,7 +554,14 @@ class ProxyEngine:
         if otel is None:
             return
         try:
+            store = self._store()
+            if store is not None and store.capabilities.get("otlp_traces", False):
+                # the same spans as the SDK path below, encoded straight into the OTLP body the store receives
+                await otel.exporter.export_encoded_async(
+                    record.headers, partial(otel.encoder.encode, record), store=store, session=self._session("store")
+                )
+                return
             spans = record_call_spans(otel.tracer, otel.collector, record)
-            await otel.exporter.export_async(spans, store=self._store(), session=self._session("store"))
+            await otel.exporter.export_async(spans, store=store, session=self._session("store"))
         except Exception:
             logger.exception("Failed to record the spans of a proxied %s call.", record.kind)

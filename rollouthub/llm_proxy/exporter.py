@@ -27,7 +27,7 @@ import threading
 import urllib.error
 import urllib.request
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -112,7 +112,7 @@ class LightningSpanExporter(SpanExporter):
         self._loop_pid: Optional[int] = None
         self._loop_lock = threading.Lock()
         # OTLP writes waiting for the request in flight to their store (see _flush_otlp), and its flushing task
-        self._otlp_pending: Dict[_BatchKey, List[Tuple[_Target, Sequence[ReadableSpan], asyncio.Future[None]]]] = {}
+        self._otlp_pending: Dict[_BatchKey, List[Tuple[bytes, asyncio.Future[None]]]] = {}
         self._otlp_flushers: Dict[_BatchKey, asyncio.Task[None]] = {}
         renew_lock_after_fork(self, "_lock")
         renew_lock_after_fork(self, "_loop_lock")
@@ -191,6 +191,11 @@ class LightningSpanExporter(SpanExporter):
             parsed = _parse_headers(value, span.name)
             if parsed:
                 headers.update(parsed)
+        return self._target_from_headers(headers, store)
+
+    @staticmethod
+    def _target_from_headers(headers: Mapping[str, Any], store: LightningStore) -> Optional[_Target]:
+        """(store, rollout id, attempt id, sequence id) named by a request's ``x-*`` headers, or ``None`` (logged)."""
         if not headers:
             logger.warning("LLM-proxy spans without request headers cannot be attributed to a rollout; dropping them.")
             return None
@@ -283,6 +288,37 @@ class LightningSpanExporter(SpanExporter):
                 logger.exception("Failed to write %d LLM-proxy span(s) to the store.", len(subtree))
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
+    async def export_encoded_async(
+        self,
+        headers: Mapping[str, Any],
+        encode: Callable[[str, str, int], bytes],
+        *,
+        store: LightningStore,
+        session: Optional[aiohttp.ClientSession] = None,
+    ) -> SpanExportResult:
+        """Write the spans of one request, encoded by the caller, to a store that accepts OTLP.
+
+        Args:
+            headers: the request's ``x-*`` headers (what the spans' ``metadata.requester_custom_headers`` holds),
+                naming the rollout, the attempt and the sequence id.
+            encode: ``encode(rollout_id, attempt_id, sequence_id)`` returns the serialised OTLP
+                ``ExportTraceServiceRequest`` of the request's spans stamped with those ids.
+            store: a store advertising ``otlp_traces``.
+            session: an aiohttp session for OTLP requests (a temporary one is used otherwise).
+
+        The write is group-committed with the other writes to the same store, as in :meth:`export_async`.
+        """
+        target = self._target_from_headers(headers, store)
+        if target is None:
+            return SpanExportResult.SUCCESS
+        try:
+            _, rollout_id, attempt_id, sequence_id = target
+            await self._write_otlp_async(store, encode(rollout_id, attempt_id, sequence_id), session)
+        except Exception:
+            logger.exception("Failed to write the spans of an LLM-proxy request to the store.")
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
     async def _write_async(
         self, target: _Target, subtree: Sequence[ReadableSpan], session: Optional[aiohttp.ClientSession]
     ) -> None:
@@ -290,11 +326,18 @@ class LightningSpanExporter(SpanExporter):
         if not store.capabilities.get("otlp_traces", False):
             await store.add_many_spans(self._store_spans(target, subtree))
             return
+        await self._write_otlp_async(store, self._otlp_body([(target, subtree)]), session)
+
+    async def _write_otlp_async(
+        self, store: LightningStore, body: bytes, session: Optional[aiohttp.ClientSession]
+    ) -> None:
+        """Queue ``body`` (a serialised ``ExportTraceServiceRequest``) for the next group commit to ``store`` and
+        wait until the request carrying it was answered."""
         url, headers = self._otlp_destination(store)
         loop = asyncio.get_running_loop()
         key: _BatchKey = (loop, url, headers.get("Authorization"))
         done: asyncio.Future[None] = loop.create_future()
-        self._otlp_pending.setdefault(key, []).append((target, subtree, done))
+        self._otlp_pending.setdefault(key, []).append((body, done))
         if key not in self._otlp_flushers:
             self._otlp_flushers[key] = loop.create_task(self._flush_otlp(key, headers, session))
         await done
@@ -302,7 +345,8 @@ class LightningSpanExporter(SpanExporter):
     async def _flush_otlp(
         self, key: _BatchKey, headers: Dict[str, str], session: Optional[aiohttp.ClientSession]
     ) -> None:
-        """Group commit: send every pending subtree of ``key`` in one OTLP request, again while more arrived during
+        """Group commit: send every pending body of ``key`` in one OTLP request (serialised requests concatenate
+        into one: their repeated ``resource_spans`` merge), again while more arrived during
         the request, then stop. Each writer is released (or gets the error) when the request carrying its spans
         has been answered, so a call's spans are still stored before its response ends."""
         import aiohttp
@@ -316,7 +360,7 @@ class LightningSpanExporter(SpanExporter):
                 if not batch:
                     return
                 try:
-                    body = self._otlp_body([(target, subtree) for target, subtree, _ in batch])
+                    body = b"".join(part for part, _ in batch)
                     async with http.post(
                         url,
                         data=body,
@@ -327,20 +371,20 @@ class LightningSpanExporter(SpanExporter):
                             text = await response.text()
                             raise RuntimeError(f"OTLP export to {url} failed with HTTP {response.status}: {text[:500]}")
                 except asyncio.CancelledError:
-                    for _, _, done in batch:
+                    for _, done in batch:
                         done.cancel()
                     raise
                 except Exception as exc:
-                    for _, _, done in batch:
+                    for _, done in batch:
                         if not done.done():
                             done.set_exception(exc)
                 else:
-                    for _, _, done in batch:
+                    for _, done in batch:
                         if not done.done():
                             done.set_result(None)
         finally:
             self._otlp_flushers.pop(key, None)
-            for _, _, done in self._otlp_pending.pop(key, []):  # only when cancelled: writers arrived meanwhile
+            for _, done in self._otlp_pending.pop(key, []):  # only when cancelled: writers arrived meanwhile
                 done.cancel()
             if own:
                 await http.close()

@@ -17,22 +17,37 @@ the policy that served the call is known: from the local policy backend, or from
 ``model_info.policy_version``.
 
 Every span carries ``metadata.requester_custom_headers`` so that the :class:`LightningSpanExporter` can place it.
+
+Two equivalent ways produce these spans: :func:`record_call_spans` through an SDK tracer (for stores written with
+``add_many_spans``), and :class:`CallEncoder`, which writes them straight into the OTLP protobuf body sent to stores
+that accept OTLP.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import Status, StatusCode
 
 from rollouthub.instrumentation.openai import (
+    TOOL_CALL_SPAN_NAME,
     _chat_response_attributes,
     _int_list,
     _record_tool_call_spans,
@@ -42,9 +57,10 @@ from rollouthub.instrumentation.openai import (
     _set,
     _text,
     _token_id_attributes,
+    _tool_call_parts,
     _usage_attributes,
 )
-from rollouthub.semconv import POLICY_VERSION_ATTRIBUTE
+from rollouthub.semconv import POLICY_VERSION_ATTRIBUTE, LightningResourceAttributes
 
 from .exporter import HEADERS_ATTRIBUTE, renew_lock_after_fork
 from .models import Deployment
@@ -54,6 +70,7 @@ __all__ = [
     "LLM_REQUEST_SPAN_NAME",
     "RAW_REQUEST_SPAN_NAME",
     "CallRecord",
+    "CallEncoder",
     "TraceCollector",
     "record_call_spans",
 ]
@@ -315,3 +332,194 @@ def record_call_spans(tracer: trace_api.Tracer, collector: TraceCollector, recor
         root.set_status(status)
         root.end(end_time=record.end_ns)
     return collector.pop(trace_id)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Direct OTLP encoding (what the exporter sends to a store that accepts OTLP)
+# ---------------------------------------------------------------------------------------------------------------------
+
+_PRIMITIVES = frozenset((str, bool, int, float))
+# a span without a remote parent, as the OTLP encoder flags it
+_FLAGS = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether the SDK keeps an attribute value as it is: a primitive, or a list/tuple of primitives."""
+    kind = type(value)
+    if kind in _PRIMITIVES:
+        return True
+    return (kind is list or kind is tuple) and all(type(item) in _PRIMITIVES for item in value)
+
+
+def _any_value(value: Any) -> AnyValue:
+    """An attribute value (already cleaned: a primitive, ``None`` or a sequence of those) as an OTLP ``AnyValue``."""
+    kind = type(value)
+    if kind is str:
+        return AnyValue(string_value=value)
+    if kind is int:
+        return AnyValue(int_value=value)
+    if value is None:
+        return AnyValue()
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, str):
+        return AnyValue(string_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, bytes):
+        return AnyValue(bytes_value=value)
+    if isinstance(value, Mapping):
+        return AnyValue(kvlist_value=KeyValueList(values=_key_values({str(k): v for k, v in value.items()})))
+    return AnyValue(array_value=ArrayValue(values=[_any_value(item) for item in value]))
+
+
+def _key_values(attributes: Mapping[str, Any]) -> List[KeyValue]:
+    return [KeyValue(key=key, value=_any_value(value)) for key, value in attributes.items()]
+
+
+def _random_id(bits: int) -> int:
+    """A non-zero random id, as the SDK's ``RandomIdGenerator`` draws it."""
+    value = random.getrandbits(bits)
+    while value == 0:
+        value = random.getrandbits(bits)
+    return value
+
+
+class CallEncoder:
+    """Encode the spans of proxied calls into OTLP/HTTP bodies for the store, without an SDK tracer.
+
+    :meth:`encode` produces the same OTLP message as :func:`record_call_spans` followed by the OpenTelemetry OTLP
+    encoder, for the spans stamped with the call's rollout, attempt and sequence id: the same spans in the same order
+    (``raw_gen_ai_request``, the ``openai.tool_call`` children, ``litellm_request``, the root), with the same names,
+    kinds, times, attributes (cleaned and limited by the SDK's ``BoundedAttributes`` rules under the same
+    ``SpanLimits``), statuses, parent links, span flags, instrumentation scope and resource (the tracer provider's
+    resource with the three ids added). Only the random trace and span ids differ.
+
+    Args:
+        resource: the resource the spans would have had from the tracer provider (before the ids are stamped).
+        scope_name: the instrumentation scope's name (the name the SDK tracer was obtained with).
+        limits: attribute limits applied as the SDK applies them to span attributes (default: from the environment,
+            as a ``TracerProvider`` created without limits reads them).
+    """
+
+    def __init__(self, resource: Resource, scope_name: str, limits: Optional[SpanLimits] = None) -> None:
+        """Prepare the per-process parts of every body (resource attributes, scope)."""
+        limits = limits if limits is not None else SpanLimits()
+        self._max_attributes = limits.max_span_attributes
+        self._max_length = limits.max_span_attribute_length
+        self._resource_attributes = dict(resource.attributes)
+        self._schema_url = resource.schema_url
+        self._scope = InstrumentationScope(name=scope_name)
+
+    def _attributes(self, attributes: Dict[str, Any]) -> Tuple[List[KeyValue], int]:
+        """(encoded attributes, dropped count) after the SDK's cleaning and count/length limits."""
+        simple = self._max_length is None and all(map(_is_plain, attributes.values()))
+        if simple and (self._max_attributes is None or len(attributes) <= self._max_attributes):
+            return _key_values(attributes), 0  # nothing the SDK would change
+        bounded = BoundedAttributes(self._max_attributes, attributes, immutable=False, max_value_len=self._max_length)
+        return _key_values(bounded), bounded.dropped
+
+    def _span(
+        self,
+        name: str,
+        trace_id: bytes,
+        span_id: int,
+        parent_id: Optional[int],
+        start_ns: int,
+        end_ns: int,
+        attributes: Dict[str, Any],
+        status: Optional[PbStatus],
+    ) -> PbSpan:
+        encoded, dropped = self._attributes(attributes)
+        return PbSpan(
+            trace_id=trace_id,
+            span_id=span_id.to_bytes(8, "big"),
+            trace_state="",
+            parent_span_id=parent_id.to_bytes(8, "big") if parent_id is not None else b"",
+            name=name,
+            kind=PbSpan.SpanKind.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=start_ns,
+            end_time_unix_nano=end_ns,
+            attributes=encoded,
+            dropped_attributes_count=dropped,
+            status=status if status is not None else PbStatus(),
+            flags=_FLAGS,
+        )
+
+    def encode(self, record: CallRecord, rollout_id: str, attempt_id: str, sequence_id: int) -> bytes:
+        """The serialised ``ExportTraceServiceRequest`` carrying the spans of ``record`` in one resource stamped with
+        ``rollout_id``, ``attempt_id`` and ``sequence_id``.
+
+        Serialised requests concatenate into one valid request (repeated fields merge), so bodies of several calls
+        can be sent together by joining their bytes.
+        """
+        headers_attr = {HEADERS_ATTRIBUTE: str(record.headers)}
+        call_attrs: Dict[str, Any] = dict(headers_attr)
+        if record.policy_version is not None:
+            call_attrs[POLICY_VERSION_ATTRIBUTE] = record.policy_version
+        ok = record.error is None and 200 <= record.status_code < 300
+        status = (
+            PbStatus(code=PbStatus.StatusCode.STATUS_CODE_OK)
+            if ok
+            else PbStatus(
+                code=PbStatus.StatusCode.STATUS_CODE_ERROR, message=record.error or f"HTTP {record.status_code}"
+            )
+        )
+        trace_id = _random_id(128).to_bytes(16, "big")
+        root_id, llm_id, raw_id = _random_id(64), _random_id(64), _random_id(64)
+
+        llm_attrs, tool_calls = genai_attributes(record)
+        llm_attrs.update(call_attrs)
+        llm_attrs["llm.is_streaming"] = record.streaming
+        llm_attrs["llm.upstream_model"] = record.payload.get("model") or record.deployment.upstream_model
+        if record.error is not None:
+            llm_attrs["error.message"] = record.error
+
+        spans = [
+            self._span(
+                RAW_REQUEST_SPAN_NAME,
+                trace_id,
+                raw_id,
+                llm_id,
+                record.upstream_start_ns,
+                record.end_ns,
+                {**raw_attributes(record), **call_attrs},
+                status,
+            )
+        ]
+        if ok:
+            for call in tool_calls:
+                call_id, name, arguments, call_type = _tool_call_parts(call)
+                attrs: Dict[str, Any] = {}
+                _set(attrs, "tool.name", name)
+                _set(attrs, "tool.parameters", arguments)
+                _set(attrs, "tool.call.id", call_id)
+                _set(attrs, "tool.call.type", call_type)
+                now = time.time_ns()
+                spans.append(self._span(TOOL_CALL_SPAN_NAME, trace_id, _random_id(64), llm_id, now, now, attrs, None))
+        spans.append(
+            self._span(
+                LLM_REQUEST_SPAN_NAME, trace_id, llm_id, root_id, record.start_ns, record.end_ns, llm_attrs, status
+            )
+        )
+        root_attrs = {**headers_attr, "llm_proxy.route": record.route, "http.response.status_code": record.status_code}
+        spans.append(
+            self._span(ROOT_SPAN_NAME, trace_id, root_id, None, record.start_ns, record.end_ns, root_attrs, status)
+        )
+
+        resource = dict(self._resource_attributes)
+        resource[LightningResourceAttributes.ROLLOUT_ID.value] = rollout_id
+        resource[LightningResourceAttributes.ATTEMPT_ID.value] = attempt_id
+        resource[LightningResourceAttributes.SPAN_SEQUENCE_ID.value] = sequence_id
+        request = ExportTraceServiceRequest(
+            resource_spans=[
+                ResourceSpans(
+                    resource=PbResource(attributes=_key_values(resource)),
+                    scope_spans=[ScopeSpans(scope=self._scope, spans=spans)],
+                    schema_url=self._schema_url,
+                )
+            ]
+        )
+        return request.SerializeToString()
