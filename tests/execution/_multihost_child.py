@@ -19,6 +19,7 @@ from typing import Any, Dict, List
 import aiohttp
 
 SPANS_PER_ROLLOUT = 3  # two agent spans and the reward's span
+AGENT_SECONDS = 0.3
 
 
 def make_agent() -> Any:
@@ -32,7 +33,9 @@ def make_agent() -> Any:
         with tracer.start_as_current_span("plan") as span:
             span.set_attribute("task", task)
             with tracer.start_as_current_span("act"):
-                await asyncio.sleep(0.01)
+                # Longer than a runner's poll interval (0.2 s): while one runner works on a rollout, the other polls
+                # and claims the next, so both runners get work however fast a rollout is otherwise.
+                await asyncio.sleep(AGENT_SECONDS)
         emit_reward(1.5)
 
     return rollout(multihost_agent)
