@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple
 
 from rollouthub.env_var import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from rollouthub.store.base import LightningStore
-from rollouthub.utils.process_lifetime import die_with_parent
+from rollouthub.utils.process_lifetime import die_with_parent, quiet_interrupted_tasks
 from rollouthub.utils.server_launcher import bind_socket
 
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
@@ -108,6 +108,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         ``stop_runners`` (blocking, in a worker thread) is its counterpart when the algorithm side is interrupted:
         local runners are stopped while the server still answers their last calls (marking their attempts).
         """
+        quiet_interrupted_tasks(asyncio.get_running_loop())
         server: Optional[Any] = None
         try:
             if self.managed_store:
@@ -141,6 +142,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         self, runner: RunnerBundle, worker_id: int, store: Optional[LightningStore], event: ExecutionEvent
     ) -> None:
         """Run one runner bundle, through a fresh HTTP client when the store is managed."""
+        quiet_interrupted_tasks(asyncio.get_running_loop())
         client: Optional[Any] = None
         try:
             if self.managed_store:

@@ -3,6 +3,8 @@
 * :func:`sigterm_raises` -- while active, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) in the main
   thread, so every ``finally`` block and every Ctrl+C path (stopping runners, servers) also runs for ``kill <pid>``,
   ``docker stop``, a process manager or a CI cancel.
+* :func:`quiet_interrupted_tasks` -- an event loop does not report, a second time and as a never-retrieved task
+  exception, the interruption that ended one of its tasks (it propagates out of the loop and is reported once).
 * :func:`die_with_parent` -- called in a child: when its parent is gone, the child gets SIGTERM (and so stops the
   graceful way). On Linux through the parent-death signal (``prctl(PR_SET_PDEATHSIG)``); everywhere through a watcher
   thread that waits for the parent's exit (a pidfd on Linux, kqueue on macOS/BSD; a poll every half second only
@@ -14,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -24,12 +27,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 __all__ = [
     "Terminated",
     "die_with_parent",
     "exit_code_of",
+    "quiet_interrupted_tasks",
     "set_parent_death_signal",
     "sigterm_raises",
     "start_owned",
@@ -73,6 +77,23 @@ def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def quiet_interrupted_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop`` drop the reports of tasks ended by an interruption (Ctrl+C, or SIGTERM under
+    :func:`sigterm_raises`); other reports go to the loop's default handler.
+
+    A ``KeyboardInterrupt`` raised while some library's helper task runs (an HTTP client writing a request body, say)
+    ends that task *and* propagates out of the loop to the code that handles the interruption; without this, the
+    task is reported again when it is collected ("Task exception was never retrieved"), after the run's own message.
+    """
+
+    def handler(loop: asyncio.AbstractEventLoop, context: Dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), KeyboardInterrupt):
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:

@@ -142,3 +142,22 @@ def test_stop_owned_stops_the_whole_group_even_a_child_that_ignores_sigterm() ->
     assert stop_owned(process, timeout=10, kill_timeout=5) == -signal.SIGTERM
     _wait_until(lambda: _gone(grandchild), 10, "the grandchild to be killed")
     assert time.monotonic() - started < 10
+
+
+def test_a_loop_does_not_report_tasks_an_interruption_ended_but_reports_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+
+    from rollouthub.utils.process_lifetime import Terminated, quiet_interrupted_tasks
+
+    loop = asyncio.new_event_loop()
+    try:
+        quiet_interrupted_tasks(loop)
+        with caplog.at_level("ERROR", logger="asyncio"):
+            for error in (Terminated("signal 15 (SIGTERM)"), KeyboardInterrupt(), ValueError("a real failure")):
+                loop.call_exception_handler({"message": "Task exception was never retrieved", "exception": error})
+    finally:
+        loop.close()
+    reported = [record for record in caplog.records if record.name == "asyncio"]
+    assert len(reported) == 1 and "a real failure" in caplog.text and "SIGTERM" not in caplog.text
