@@ -330,18 +330,24 @@ def _responses_response_attributes(response: Any) -> Tuple[Dict[str, Any], List[
     return attrs, tool_calls
 
 
+def tool_call_attributes(call: Any) -> Dict[str, Any]:
+    """The attributes of the span of one tool call the model asked for (``tool.name``, ``tool.parameters``,
+    ``tool.call.id``, ``tool.call.type``; unset parts left out)."""
+    call_id, name, arguments, call_type = _tool_call_parts(call)
+    attrs: Dict[str, Any] = {}
+    _set(attrs, "tool.name", name)
+    _set(attrs, "tool.parameters", arguments)
+    _set(attrs, "tool.call.id", call_id)
+    _set(attrs, "tool.call.type", call_type)
+    return attrs
+
+
 def _record_tool_call_spans(tracer: trace_api.Tracer, parent: trace_api.Span, tool_calls: List[Any]) -> None:
     if not tool_calls:
         return
     ctx = trace_api.set_span_in_context(parent)
     for call in tool_calls:
-        call_id, name, arguments, call_type = _tool_call_parts(call)
-        attrs: Dict[str, Any] = {}
-        _set(attrs, "tool.name", name)
-        _set(attrs, "tool.parameters", arguments)
-        _set(attrs, "tool.call.id", call_id)
-        _set(attrs, "tool.call.type", call_type)
-        child = tracer.start_span(TOOL_CALL_SPAN_NAME, context=ctx, attributes=attrs)
+        child = tracer.start_span(TOOL_CALL_SPAN_NAME, context=ctx, attributes=tool_call_attributes(call))
         child.end()
 
 

@@ -57,8 +57,8 @@ from rollouthub.instrumentation.openai import (
     _set,
     _text,
     _token_id_attributes,
-    _tool_call_parts,
     _usage_attributes,
+    tool_call_attributes,
 )
 from rollouthub.semconv import POLICY_VERSION_ATTRIBUTE, LightningResourceAttributes
 
@@ -250,6 +250,18 @@ def genai_attributes(record: CallRecord) -> Tuple[Dict[str, Any], List[Any]]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def _llm_span_attributes(record: CallRecord, call_attrs: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Any]]:
+    """The attributes of a call's LLM-request span (the GenAI ones, the call's own, streaming, upstream model,
+    error) and the tool calls the model asked for -- the same for the SDK path and the direct OTLP path."""
+    llm_attrs, tool_calls = genai_attributes(record)
+    llm_attrs.update(call_attrs)
+    llm_attrs["llm.is_streaming"] = record.streaming
+    llm_attrs["llm.upstream_model"] = record.payload.get("model") or record.deployment.upstream_model
+    if record.error is not None:
+        llm_attrs["error.message"] = record.error
+    return llm_attrs, tool_calls
+
+
 def raw_value(value: Any) -> Any:
     """An attribute value as LiteLLM records raw fields: primitives and homogeneous lists as-is, else ``str()``."""
     if isinstance(value, (str, bool, int, float)):
@@ -304,12 +316,7 @@ def record_call_spans(tracer: trace_api.Tracer, collector: TraceCollector, recor
     )
     trace_id = root.get_span_context().trace_id
     try:
-        llm_attrs, tool_calls = genai_attributes(record)
-        llm_attrs.update(call_attrs)
-        llm_attrs["llm.is_streaming"] = record.streaming
-        llm_attrs["llm.upstream_model"] = record.payload.get("model") or record.deployment.upstream_model
-        if record.error is not None:
-            llm_attrs["error.message"] = record.error
+        llm_attrs, tool_calls = _llm_span_attributes(record, call_attrs)
         llm = tracer.start_span(
             LLM_REQUEST_SPAN_NAME,
             context=trace_api.set_span_in_context(root),
@@ -470,12 +477,7 @@ class CallEncoder:
         trace_id = _random_id(128).to_bytes(16, "big")
         root_id, llm_id, raw_id = _random_id(64), _random_id(64), _random_id(64)
 
-        llm_attrs, tool_calls = genai_attributes(record)
-        llm_attrs.update(call_attrs)
-        llm_attrs["llm.is_streaming"] = record.streaming
-        llm_attrs["llm.upstream_model"] = record.payload.get("model") or record.deployment.upstream_model
-        if record.error is not None:
-            llm_attrs["error.message"] = record.error
+        llm_attrs, tool_calls = _llm_span_attributes(record, call_attrs)
 
         spans = [
             self._span(
@@ -491,13 +493,8 @@ class CallEncoder:
         ]
         if ok:
             for call in tool_calls:
-                call_id, name, arguments, call_type = _tool_call_parts(call)
-                attrs: Dict[str, Any] = {}
-                _set(attrs, "tool.name", name)
-                _set(attrs, "tool.parameters", arguments)
-                _set(attrs, "tool.call.id", call_id)
-                _set(attrs, "tool.call.type", call_type)
                 now = time.time_ns()
+                attrs = tool_call_attributes(call)
                 spans.append(self._span(TOOL_CALL_SPAN_NAME, trace_id, _random_id(64), llm_id, now, now, attrs, None))
         spans.append(
             self._span(
