@@ -1,6 +1,6 @@
 """Compatibility module with the public names of the reference module ``agentlightning.store.client_server``.
 
-The server lives in :mod:`rollouthub.store.server` (``LightningStoreServer``, its app, routes and pipeline), the
+The server lives in :mod:`rollouthub.store.server` (``LightningStoreServer``, its app, routes and middleware), the
 client in :mod:`rollouthub.store.client`, the request/response models of the HTTP API in :mod:`rollouthub.store.wire`.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List
 
-from .pipeline import Call, Message, Receive, Scope, Send
+from .endpoint import Call, Message, Receive, Scope, Send
 from .routing import Route
 
 __all__ = ["DASHBOARD_DIR", "DASHBOARD_ROUTES", "dashboard_available", "dashboard_routes"]
@@ -56,8 +56,7 @@ def dashboard_routes(directory: Path) -> List[Route]:
                         message["headers"] = headers
                     await send(message)
 
-                mounted = {**scope, "root_path": scope.get("root_path", "") + "/assets"}
-                await static(mounted, receive, add_cache)
+                await static(scope, receive, add_cache)  # the mount set the scope's root_path to /assets
 
             return serve
 

@@ -31,7 +31,7 @@ from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .pipeline import Call
+from .endpoint import Call
 from .routing import REQUIRED, Query, Route
 
 __all__ = ["export_routes", "parse_export_query", "ExportQuery"]
@@ -225,7 +225,7 @@ def export_routes(prefix: str) -> List[Route]:
             export_rows,
             query=_EXPORT_QUERY,
             name="export",
-            doc={"response_class": StreamingResponse},
+            doc={"response_media_type": None},  # a JSONL stream: no schema documented
         ),
         Route(["GET"], f"{prefix}/rollouts/{{rollout_id}}/conversation", conversation),
     ]

@@ -1,21 +1,23 @@
 """The OpenAPI document of the store server, generated from the route declarations, and the routes serving it.
 
-Each declared :class:`~rollouthub.store.server.routing.Route` is described to FastAPI's OpenAPI generator
-(``fastapi.openapi.utils.get_openapi``) as the path operation it is: path parameters, query parameters, request body
-and response model come from the declaration, the operation name and description from its handler. FastAPI only
-*describes* the routes; it never serves a request. ``GET /openapi.json`` and ``GET /docs`` (Swagger UI) serve the
-document.
+Each declared :class:`~rollouthub.store.server.routing.Route` becomes one operation: path parameters, query
+parameters (their JSON schemas from pydantic), request body and response schema (pydantic's ``TypeAdapter`` core
+schemas, all generated together so that shared models become ``components/schemas`` entries), the operation name and
+description from its handler. The layout follows FastAPI's documents (the server's document before it served requests
+itself): ``operationId`` ``<name>_<path>_<method>``, titles of inline schemas, a 422 answer wherever a parameter or a
+body is validated. ``GET /openapi.json`` and ``GET /docs`` (Swagger UI) serve the document.
 """
 
 from __future__ import annotations
 
-import inspect
-import typing
-from typing import Any, Dict, List
+import copy
+import re
+from typing import Annotated, Any, Dict, Hashable, List, Tuple
 
-from pydantic import BaseModel
+from pydantic import Field, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema
 
-from .pipeline import Call
+from .endpoint import Call
 from .routing import Route
 
 __all__ = ["TITLE", "VERSION", "build_openapi", "docs_routes"]
@@ -23,50 +25,153 @@ __all__ = ["TITLE", "VERSION", "build_openapi", "docs_routes"]
 TITLE = "LightningStore Server"
 VERSION = "0.1.0"
 
+_REF_TEMPLATE = "#/components/schemas/{model}"
+_JSON = "application/json"
 
-def _is_model(annotation: Any) -> bool:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    return all(isinstance(a, type) and issubclass(a, BaseModel) for a in args)
+VALIDATION_ERROR_SCHEMA: Dict[str, Any] = {
+    "title": "ValidationError",
+    "type": "object",
+    "properties": {
+        "loc": {"title": "Location", "type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+        "msg": {"title": "Message", "type": "string"},
+        "type": {"title": "Error Type", "type": "string"},
+        "input": {"title": "Input"},
+        "ctx": {"title": "Context", "type": "object"},
+    },
+    "required": ["loc", "msg", "type"],
+}
+"""One error of a 422 body (see :func:`~rollouthub.store.server.errors.validation_error_body`)."""
+
+HTTP_VALIDATION_ERROR_SCHEMA: Dict[str, Any] = {
+    "title": "HTTPValidationError",
+    "type": "object",
+    "properties": {"detail": {"title": "Detail", "type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}}},
+}
+"""The body of a 422 answer: ``{"detail": [ValidationError, ...]}``."""
+
+_VALIDATION_ERROR_RESPONSE = {
+    "description": "Validation Error",
+    "content": {_JSON: {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}},
+}
 
 
-def _describe(route: Route) -> Any:
-    """A FastAPI ``APIRoute`` with the declaration's signature (its endpoint is never called)."""
-    from fastapi import Body, Query
-    from fastapi.routing import APIRoute
+def _title(name: str) -> str:
+    return name.title().replace("_", " ")
 
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    parameters = [inspect.Parameter(name, keyword, annotation=str) for name in route.param_names]
+
+def _with_title(schema: Dict[str, Any], name: str) -> Dict[str, Any]:
+    """A schema of its own gets a title (a ``$ref`` is named by the model it refers to)."""
+    schema = dict(schema)
+    if "$ref" not in schema:
+        schema["title"] = _title(name)
+    return schema
+
+
+def _operation_id(route: Route, method: str) -> str:
+    return re.sub(r"\W", "_", route.name + route.path) + "_" + method.lower()
+
+
+def _merge(into: Dict[str, Any], extra: Dict[str, Any]) -> None:
+    """Merge ``extra`` into ``into``: dictionaries key by key, lists appended, other values replaced."""
+    for key, value in extra.items():
+        if isinstance(into.get(key), dict) and isinstance(value, dict):
+            _merge(into[key], value)
+        elif isinstance(into.get(key), list) and isinstance(value, list):
+            into[key] = into[key] + value
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def _drop_null_defaults(node: Any) -> Any:
+    """``node`` without ``"default": null`` entries: an optional field or parameter is documented as optional, its
+    ``None`` default left implicit (as the server's documents always did)."""
+    if isinstance(node, dict):
+        return {key: _drop_null_defaults(value) for key, value in node.items() if not (key == "default" and value is None)}
+    if isinstance(node, list):
+        return [_drop_null_defaults(item) for item in node]
+    return node
+
+
+def _schema_inputs(routes: List[Route]) -> List[Tuple[Hashable, Any, Any]]:
+    """Every type the document describes, as ``(key, mode, core schema)`` for pydantic's definitions generator:
+    query parameters and bodies as validated, responses as serialized."""
+    inputs: List[Tuple[Hashable, Any, Any]] = []
+    for route in routes:
+        for name, query in (route.query or {}).items():
+            field = Field(description=query.description) if query.required else Field(query.default, description=query.description)
+            adapter = TypeAdapter(Annotated[query.annotation, field])
+            inputs.append(((id(route), "query", name), "validation", adapter.core_schema))
+        if route.body_adapter is not None:
+            inputs.append(((id(route), "body"), "validation", route.body_adapter.core_schema))
+        if route.response_model is not None:
+            adapter = TypeAdapter(route.response_model)
+            inputs.append(((id(route), "response"), "serialization", adapter.core_schema))
+    return inputs
+
+
+def _operation(route: Route, method: str, schemas: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
+    """The OpenAPI operation of ``route`` for ``method``."""
+    key = id(route)
+    operation: Dict[str, Any] = {"summary": route.doc.get("summary") or _title(route.name)}
+    if route.description:
+        operation["description"] = route.description
+    operation["operationId"] = _operation_id(route, method)
+    parameters: List[Dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"title": _title(name), "type": "string"}}
+        for name in route.param_names
+    ]
     for name, query in (route.query or {}).items():
-        default = Query(... if query.required else query.default, description=query.description)
-        parameters.append(inspect.Parameter(name, keyword, annotation=query.annotation, default=default))
-    if route.body is not None:
-        annotation = route.body if _is_model(route.body) else typing.Annotated[route.body, Body()]
-        default = inspect.Parameter.empty if route.body_required else None
-        parameters.append(inspect.Parameter(route.body_name, keyword, annotation=annotation, default=default))
-
-    async def endpoint(**kwargs: Any) -> None:  # pragma: no cover - documentation only
-        raise RuntimeError("documentation stub")
-
-    endpoint.__name__ = route.name
-    endpoint.__doc__ = route.handler.__doc__
-    endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    return APIRoute(
-        route.path,
-        endpoint,
-        methods=sorted(route.methods or ()),
-        name=route.name,
-        response_model=route.response_model,
-        status_code=route.status,
-        **route.doc,
-    )
+        schema = schemas[(key, "query", name), "validation"]
+        parameter = {"name": name, "in": "query", "required": query.required, "schema": _with_title(schema, name)}
+        if query.description:
+            parameter["description"] = query.description
+        parameters.append(parameter)
+    if parameters:
+        operation["parameters"] = parameters
+    if route.body_adapter is not None:
+        body_schema = _with_title(schemas[(key, "body"), "validation"], route.body_name)
+        request_body: Dict[str, Any] = {"content": {_JSON: {"schema": body_schema}}}
+        if route.body_required:
+            request_body["required"] = True
+        operation["requestBody"] = request_body
+    success: Dict[str, Any] = {"description": "Successful Response"}
+    media_type = route.doc.get("response_media_type", _JSON)
+    if media_type is not None:
+        schema = (
+            _with_title(schemas[(key, "response"), "serialization"], "Response_" + _operation_id(route, method))
+            if route.response_model is not None
+            else {}
+        )
+        success["content"] = {media_type: {"schema": schema}}
+    operation["responses"] = {str(route.status): success}
+    if parameters or route.body_adapter is not None:
+        operation["responses"]["422"] = copy.deepcopy(_VALIDATION_ERROR_RESPONSE)
+    _merge(operation, route.doc.get("openapi_extra", {}))
+    return operation
 
 
 def build_openapi(routes: List[Route]) -> Dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes`` (those with ``include_in_schema``)."""
-    from fastapi.openapi.utils import get_openapi
-
-    described = [_describe(route) for route in routes if route.include_in_schema]
-    return get_openapi(title=TITLE, version=VERSION, routes=described)
+    described = [route for route in routes if route.include_in_schema]
+    generator = GenerateJsonSchema(ref_template=_REF_TEMPLATE)
+    generated, definitions = generator.generate_definitions(inputs=_schema_inputs(described))  # type: ignore[arg-type]
+    schemas = {key: _drop_null_defaults(schema) for key, schema in generated.items()}
+    definitions = _drop_null_defaults(definitions)
+    paths: Dict[str, Dict[str, Any]] = {}
+    validated = False
+    for route in described:
+        for method in sorted(route.methods or ()):
+            operation = _operation(route, method, schemas)
+            validated = validated or "422" in operation["responses"]
+            paths.setdefault(route.path, {})[method.lower()] = operation
+    components = dict(definitions)
+    if validated:
+        components["ValidationError"] = VALIDATION_ERROR_SCHEMA
+        components["HTTPValidationError"] = HTTP_VALIDATION_ERROR_SCHEMA
+    document: Dict[str, Any] = {"openapi": "3.1.0", "info": {"title": TITLE, "version": VERSION}, "paths": paths}
+    if components:
+        document["components"] = {"schemas": {name: components[name] for name in sorted(components)}}
+    return document
 
 
 def docs_routes() -> List[Route]:

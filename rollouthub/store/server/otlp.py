@@ -32,7 +32,7 @@ from .otlp_decode import (
     parse_otlp_traces,
     spans_from_proto,
 )
-from .pipeline import Call
+from .endpoint import Call
 from .routing import Route
 
 __all__ = ["OTLP_OPENAPI", "OTLPExportResult", "export_otlp", "handle_otlp_export", "otlp_routes"]

@@ -1,6 +1,6 @@
 """The REST routes of the store server under ``/v1/agl``, each declared once.
 
-Each handler gets a :class:`~rollouthub.store.server.pipeline.Call` (validated body/query, path parameters) and calls
+Each handler gets a :class:`~rollouthub.store.server.endpoint.Call` (validated body/query, path parameters) and calls
 the server's delegating methods (``server.<method>``, i.e. ``server.store.<method>`` at request time). Responses are
 serialized directly with ``pydantic_core.to_json`` (each item by its own model, so attempted rollouts keep their
 ``attempt``); the declared ``response_model`` documents the shape in the OpenAPI document.
@@ -49,7 +49,7 @@ from ..wire import (
     UpdateWorkerRequest,
     WaitForRolloutsRequest,
 )
-from .pipeline import Call
+from .endpoint import Call
 from .routing import REQUIRED, Query, Route
 
 __all__ = ["api_routes", "check_params", "validate_pagination"]
