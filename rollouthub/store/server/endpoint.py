@@ -160,7 +160,9 @@ def parse_body(route: Route, body: bytes, content_type: Optional[bytes]) -> Any:
     """Validate the body into the route's body type (FastAPI's rules and error shapes)."""
     if not body:
         if route.body_required:
-            raise RequestValidationFailed([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+            raise RequestValidationFailed(
+                [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+            )
         return None
     if content_type == b"application/json":
         try:

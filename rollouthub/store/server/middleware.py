@@ -131,7 +131,9 @@ class ErrorMiddleware:
 
     @staticmethod
     async def _http_exception(send: Send, exc: HTTPException) -> None:
-        headers = [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in (exc.headers or {}).items()]
+        headers = [
+            (key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in (exc.headers or {}).items()
+        ]
         if exc.status_code in (204, 304):
             await _send(send, exc.status_code, b"", headers)
         else:

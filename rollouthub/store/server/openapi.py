@@ -45,7 +45,9 @@ VALIDATION_ERROR_SCHEMA: Dict[str, Any] = {
 HTTP_VALIDATION_ERROR_SCHEMA: Dict[str, Any] = {
     "title": "HTTPValidationError",
     "type": "object",
-    "properties": {"detail": {"title": "Detail", "type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}}},
+    "properties": {
+        "detail": {"title": "Detail", "type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}}
+    },
 }
 """The body of a 422 answer: ``{"detail": [ValidationError, ...]}``."""
 
@@ -86,7 +88,9 @@ def _drop_null_defaults(node: Any) -> Any:
     """``node`` without ``"default": null`` entries: an optional field or parameter is documented as optional, its
     ``None`` default left implicit (as the server's documents always did)."""
     if isinstance(node, dict):
-        return {key: _drop_null_defaults(value) for key, value in node.items() if not (key == "default" and value is None)}
+        return {
+            key: _drop_null_defaults(value) for key, value in node.items() if not (key == "default" and value is None)
+        }
     if isinstance(node, list):
         return [_drop_null_defaults(item) for item in node]
     return node
@@ -98,14 +102,18 @@ def _schema_inputs(routes: List[Route]) -> List[Tuple[Hashable, Any, Any]]:
     inputs: List[Tuple[Hashable, Any, Any]] = []
     for route in routes:
         for name, query in (route.query or {}).items():
-            field = Field(description=query.description) if query.required else Field(query.default, description=query.description)
-            adapter = TypeAdapter(Annotated[query.annotation, field])
-            inputs.append(((id(route), "query", name), "validation", adapter.core_schema))
+            field = (
+                Field(description=query.description)
+                if query.required
+                else Field(query.default, description=query.description)
+            )
+            parameter: TypeAdapter[Any] = TypeAdapter(Annotated[query.annotation, field])
+            inputs.append(((id(route), "query", name), "validation", parameter.core_schema))
         if route.body_adapter is not None:
             inputs.append(((id(route), "body"), "validation", route.body_adapter.core_schema))
         if route.response_model is not None:
-            adapter = TypeAdapter(route.response_model)
-            inputs.append(((id(route), "response"), "serialization", adapter.core_schema))
+            response: TypeAdapter[Any] = TypeAdapter(route.response_model)
+            inputs.append(((id(route), "response"), "serialization", response.core_schema))
     return inputs
 
 

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, S
 from rollouthub.types import Span
 
 from ..errors import is_data_error, is_retryable_error
+from .endpoint import Call
 from .otlp_decode import (
     JSON_CT,
     PROTOBUF_CT,
@@ -32,7 +33,6 @@ from .otlp_decode import (
     parse_otlp_traces,
     spans_from_proto,
 )
-from .endpoint import Call
 from .routing import Route
 
 __all__ = ["OTLP_OPENAPI", "OTLPExportResult", "export_otlp", "handle_otlp_export", "otlp_routes"]
