@@ -7,7 +7,8 @@ a tracker that supports it), the dashboard (:mod:`.dashboard`, last: its fallbac
 A request goes through, outermost first: :class:`~.middleware.MetricsMiddleware` → Starlette's ``CORSMiddleware``
 (only with configured origins) → :class:`~.middleware.ErrorMiddleware` → :class:`~.middleware.BearerAuthMiddleware`
 (only with a token) → :class:`~.middleware.BodyLimitMiddleware` (only with a limit) → Starlette's ``Router`` (404,
-405, the 307 trailing-slash redirect) → the route's :class:`~.endpoint.Endpoint`.
+405, the 307 trailing-slash redirect; asked through :class:`~.routing.RouteIndex`) → the route's
+:class:`~.endpoint.Endpoint`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .middleware import BearerAuthMiddleware, BodyLimitMiddleware, ErrorMiddlewa
 from .openapi import build_openapi, docs_routes
 from .otlp import otlp_routes
 from .routes import api_routes
-from .routing import Route, starlette_routes
+from .routing import Route, RouteIndex, starlette_routes
 
 __all__ = ["StoreApp", "build_app"]
 
@@ -72,7 +73,7 @@ class StoreApp:
         self.router = Router(starlette_routes(self.routes, Endpoint))
         self._openapi_builder = openapi
         self._openapi: Optional[Dict[str, Any]] = None
-        app: Any = self.router
+        app: Any = RouteIndex(self.router)
         if self.max_body_bytes > 0:
             app = BodyLimitMiddleware(app, self.max_body_bytes)
         if api_token:

@@ -210,6 +210,9 @@ class BodyLimitMiddleware:
                 raise HTTPException(400, "Invalid Content-Length header") from None
             if length > limit:
                 raise BodyTooLarge(limit)
+            # The HTTP server delivers exactly the declared number of bytes: nothing more to count.
+            await self.app(scope, receive, send)
+            return
         received = 0
 
         async def limited_receive() -> Message:
