@@ -7,19 +7,21 @@ Each HTTP test starts a real server (in-memory store, asyncio launch mode) on a 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, AsyncIterator, Dict
+from typing import Any, AsyncIterator, Dict, List
 
 import aiohttp
 import pytest
 from multidict import CIMultiDict
-from starlette.routing import Mount
+from starlette.exceptions import HTTPException
+from starlette.routing import Match, Mount, Router
 from starlette.routing import Route as StarletteRoute
 
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.store.server import LightningStoreServer
 from rollouthub.store.server.openapi import build_openapi
-from rollouthub.store.server.routing import Query, Route
+from rollouthub.store.server.routing import Query, Route, RouteIndex
 from rollouthub.utils.server_launcher import pick_free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -145,3 +147,86 @@ def test_openapi_describes_a_declaration() -> None:
     assert response["additionalProperties"] == {"type": "integer"}
     assert set(operation["responses"]) == {"200", "422"}
     assert set(document["components"]["schemas"]) == {"HTTPValidationError", "ValidationError"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# RouteIndex: Starlette's router asked about the routes that can match only
+# ---------------------------------------------------------------------------------------------------------------------
+
+METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"]
+
+
+def _sample_paths(templates: List[str]) -> List[str]:
+    """Paths built from every template (ids, empty ids, trailing slashes, extra or missing segments) plus oddities."""
+    paths = {"/", "//", "/v1", "/v1/", "/v1/agl", "/v1/agl/", "/v1/agl//", "/nope", "/assets", "/assets/", "/a/b/c/d"}
+    paths.update({"/v1/agl/rollouts" + "/x" * 20, "/assets" + "/y" * 20, "/" * 30, "/v1/aglx", "/v1/agl/workersx/1"})
+    for template in templates:
+        for value in ("x", "", "search", "latest", "rollouts", "id-7"):
+            path = re.sub(r"{[^}:]+:path}", f"{value}/deeper", template)
+            path = re.sub(r"{[^}]+}", value, path)
+            for variant in (path, path + "/", path + "/extra", path.rsplit("/", 1)[0], path.replace("/v1/", "/v2/")):
+                paths.add(variant or "/")
+    return sorted(paths)
+
+
+def _probe(method: str, path: str) -> Dict[str, Any]:
+    return {"type": "http", "method": method, "path": path, "root_path": "", "query_string": b"", "headers": []}
+
+
+@pytest.mark.parametrize("dashboard", [True, False])
+def test_route_index_groups_hold_every_route_that_can_match(tmp_path: Path, dashboard: bool) -> None:
+    server = LightningStoreServer(
+        InMemoryLightningStore(), "127.0.0.1", 1, launch_mode="asyncio", dashboard_dir=None if dashboard else str(tmp_path)
+    )
+    router = server.app.router
+    index = RouteIndex(router)
+    templates = [route.path for route in server.app.routes]
+    for path in _sample_paths(templates):
+        candidates = index.candidates(index.key(path))
+        matching = [route for route in router.routes if route.matches(_probe("GET", path))[0] is not Match.NONE]
+        assert [route for route in candidates if route in matching] == matching, path
+
+
+async def test_route_index_answers_as_the_full_router() -> None:
+    """The same endpoint, path parameters, 405, 307 or 404 for every method and path, on a table with shadowing."""
+
+    class endpoint:  # an ASGI app (Starlette calls a plain function as a request -> response endpoint)
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "served", "by": self.name, "params": dict(scope.get("path_params", {}))})
+
+    routes = [
+        StarletteRoute("/items/{item_id}", endpoint("item"), methods=["GET"]),
+        StarletteRoute("/items/special", endpoint("special"), methods=["GET", "POST"]),
+        StarletteRoute("/items", endpoint("items"), methods=["POST"]),
+        StarletteRoute("/a/b/c/{rest:path}", endpoint("deep"), methods=["PUT"]),
+        StarletteRoute("/a/b/c/d", endpoint("d"), methods=["GET"]),
+        Mount("/static", app=endpoint("static")),
+        StarletteRoute("/{anything:path}", endpoint("fallback"), methods=["GET"]),
+    ]
+    router = Router(routes)
+    index = RouteIndex(router, depth=2)
+    templates = ["/items/{item_id}", "/items/special", "/items", "/a/b/c/{rest:path}", "/a/b/c/d", "/static/{f:path}"]
+
+    async def outcome(app: Any, method: str, path: str) -> Any:
+        sent: List[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        try:
+            await app({**_probe(method, path), "app": object()}, None, send)
+        except HTTPException as exc:
+            return ("http", exc.status_code, exc.headers and sorted(exc.headers["Allow"].split(", ")))
+        return [{k: v for k, v in m.items() if k != "body"} for m in sent]
+
+    served = set()
+    for method in METHODS:
+        for path in _sample_paths(templates):
+            expected = await outcome(router, method, path)
+            assert await outcome(index, method, path) == expected, (method, path)
+            if isinstance(expected, list) and expected and expected[0]["type"] == "served":
+                served.add(expected[0]["by"])
+    assert served == {"item", "special", "items", "deep", "d", "static", "fallback"}
