@@ -176,7 +176,11 @@ def _probe(method: str, path: str) -> Dict[str, Any]:
 @pytest.mark.parametrize("dashboard", [True, False])
 def test_route_index_groups_hold_every_route_that_can_match(tmp_path: Path, dashboard: bool) -> None:
     server = LightningStoreServer(
-        InMemoryLightningStore(), "127.0.0.1", 1, launch_mode="asyncio", dashboard_dir=None if dashboard else str(tmp_path)
+        InMemoryLightningStore(),
+        "127.0.0.1",
+        1,
+        launch_mode="asyncio",
+        dashboard_dir=None if dashboard else str(tmp_path),
     )
     router = server.app.router
     index = RouteIndex(router)

@@ -16,6 +16,8 @@ import typing
 from typing import Any, Awaitable, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pydantic import BaseModel, TypeAdapter, create_model
+from starlette.routing import Mount, Router
+from starlette.routing import Route as StarletteRoute
 
 __all__ = ["Query", "Route", "REQUIRED", "RouteIndex", "starlette_routes"]
 
@@ -156,9 +158,6 @@ def _is_sequence(annotation: Any) -> bool:
 def starlette_routes(routes: Sequence[Route], endpoint: Callable[[Route], Any]) -> List[Any]:
     """Starlette's ``Route``/``Mount`` for each declaration, in order, served by ``endpoint(declaration)`` (an ASGI
     app)."""
-    from starlette.routing import Mount
-    from starlette.routing import Route as StarletteRoute
-
     mounted: List[Any] = []
     for route in routes:
         app = endpoint(route)
@@ -183,12 +182,12 @@ class RouteIndex:
     beyond go to the full router.
     """
 
-    def __init__(self, router: Any, depth: int = 3, max_groups: int = 512) -> None:
+    def __init__(self, router: Router, depth: int = 3, max_groups: int = 512) -> None:
         self.router = router
         self.depth = depth
         self.max_groups = max_groups
         self._prefixes = [(_literal_prefix(route), route) for route in router.routes]
-        self._groups: Dict[str, Any] = {}
+        self._groups: Dict[str, Router] = {}
 
     def key(self, path: str) -> str:
         """The group key of ``path``: its first ``depth`` segments (all of them when it has fewer)."""
@@ -199,9 +198,7 @@ class RouteIndex:
         """The routes, in order, that can match a path whose first segments are ``key``."""
         return [route for prefix, route in self._prefixes if prefix.startswith(key) or key.startswith(prefix)]
 
-    def _group(self, key: str) -> Any:
-        from starlette.routing import Router
-
+    def _group(self, key: str) -> Optional[Router]:
         group = self._groups.get(key)
         if group is None and len(self._groups) < self.max_groups:
             group = Router(self.candidates(key), redirect_slashes=False, default=self.router)
@@ -221,8 +218,6 @@ class RouteIndex:
 
 def _literal_prefix(route: Any) -> str:
     """The text every path a Starlette ``Route``/``Mount`` matches begins with."""
-    from starlette.routing import Mount
-
     if isinstance(route, Mount):
         return route.path + "/"
     return str(route.path).split("{", 1)[0]
