@@ -26,7 +26,17 @@ from starlette.requests import ClientDisconnect
 
 from .routing import Route
 
-__all__ = ["Call", "Endpoint", "Message", "Receive", "RequestValidationFailed", "Scope", "Send", "ROUTE_KEY"]
+__all__ = [
+    "Call",
+    "Endpoint",
+    "Message",
+    "Receive",
+    "RequestValidationFailed",
+    "Scope",
+    "Send",
+    "ROUTE_KEY",
+    "header_value",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -107,7 +117,7 @@ class Endpoint:
         call = Call(scope["app"], scope, receive)
         try:
             if route.body is not None:
-                call.body = parse_body(route, await call.read_body(), _header(scope, b"content-type"))
+                call.body = parse_body(route, await call.read_body(), header_value(scope, b"content-type"))
             if route.query_model is not None:
                 call.query = parse_query(route, scope["query_string"])
             result = await route.handler(call)
@@ -124,7 +134,8 @@ class Endpoint:
             await result(scope, receive, send)
 
 
-def _header(scope: Scope, name: bytes) -> Optional[bytes]:
+def header_value(scope: Scope, name: bytes) -> Optional[bytes]:
+    """The first value of the request header ``name`` (lower case), or ``None``."""
     for key, value in scope["headers"]:
         if key == name:
             return value  # type: ignore[no-any-return]

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..utils import LATENCY_BUCKETS
-from .endpoint import ROUTE_KEY, Message, Receive, RequestValidationFailed, Scope, Send
+from .endpoint import ROUTE_KEY, Message, Receive, RequestValidationFailed, Scope, Send, header_value
 from .errors import error_payload, template_http_path, validation_error_body
 
 __all__ = [
@@ -69,13 +69,6 @@ async def _send(send: Send, status: int, body: bytes, headers: List[Tuple[bytes,
 
 async def _send_json(send: Send, status: int, body: bytes, extra: Optional[List[Tuple[bytes, bytes]]] = None) -> None:
     await _send(send, status, body, [_JSON, (b"content-length", b"%d" % len(body)), *(extra or ())])
-
-
-def _header(scope: Scope, name: bytes) -> Optional[bytes]:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value  # type: ignore[no-any-return]
-    return None
 
 
 class ErrorMiddleware:
@@ -181,7 +174,7 @@ class BearerAuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check the token, then serve."""
         if scope["type"] == "http" and not self._public(scope):
-            provided = _header(scope, b"authorization") or b""
+            provided = header_value(scope, b"authorization") or b""
             if not hmac.compare_digest(provided, self._expected):
                 detail = "Missing bearer token" if not provided else "Invalid bearer token"
                 raise HTTPException(401, detail, headers={"www-authenticate": "Bearer"})
@@ -202,7 +195,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.limit
-        declared = _header(scope, b"content-length")
+        declared = header_value(scope, b"content-length")
         if declared is not None:
             try:
                 length = int(declared)
