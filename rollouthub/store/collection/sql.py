@@ -78,6 +78,22 @@ _WRITE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[str, asy
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
+FAST_PATH_ENV = "ROLLOUTHUB_PG_FAST_PATH"
+"""The environment variable that turns the PostgreSQL fast path off (``0``/``false``/``off``) or on."""
+
+
+def _fast_path_setting(flag: Optional[bool]) -> bool:
+    """``flag``, or (``None``) what :data:`FAST_PATH_ENV` says (on when unset)."""
+    if flag is not None:
+        return flag
+    text = os.environ.get(FAST_PATH_ENV, "").strip().lower()
+    if text in ("", "1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"{FAST_PATH_ENV} must be 1/true/on or 0/false/off, got {text!r}")
+
+
 def _make_collection(backend: SqlLightningCollections, unit: Optional[Unit], name: str) -> Any:
     if name == "rollout_queue":
         return SqlQueue(backend, unit)
@@ -126,8 +142,9 @@ class _UnitView(LightningCollections):
         return await callback(self)
 
     async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
-        """PostgreSQL: one statement (see :func:`.sql_compound.dequeue_rollouts`); SQLite: the primitives."""
-        if self._unit.sqlite or limit <= 0:
+        """PostgreSQL fast path: one statement (see :func:`.sql_compound.dequeue_rollouts`); otherwise the
+        primitives."""
+        if not self._backend.fast_path or limit <= 0:
             return await super().dequeue_rollouts(limit)
         return await sql_compound.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
 
@@ -139,8 +156,9 @@ class _UnitView(LightningCollections):
         return await super().latest_resources()
 
     async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
-        """PostgreSQL: one statement (see :func:`.sql_compound.get_rollout_and_attempts`); SQLite: the primitives."""
-        if self._unit.sqlite:
+        """PostgreSQL fast path: one statement (see :func:`.sql_compound.get_rollout_and_attempts`); otherwise the
+        primitives."""
+        if not self._backend.fast_path:
             return await super().get_rollout_and_attempts(rollout_id, attempt_id)
         specs = self._backend.schema.specs
         return await sql_compound.get_rollout_and_attempts(
@@ -234,6 +252,10 @@ class SqlLightningCollections(LightningCollections):
             default ``rollouthub``) and size the pool (``?pool_size=4&max_overflow=4``).
         sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
             locks asynchronously). ``False``: one worker thread per connection.
+        pg_fast_path: PostgreSQL: run the business logic's commit units on the fast path (deferred writes in one
+            statement, optimistic units, process-local caches: :mod:`.sql_batch`); ``False``: the plain path (each
+            unit a transaction of plain statements, rows read locked with ``FOR UPDATE``, as on SQLite). ``None``:
+            ``$ROLLOUTHUB_PG_FAST_PATH`` (``0``/``false``/``off`` turn it off), on by default. Ignored on SQLite.
         engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
     """
 
@@ -250,6 +272,7 @@ class SqlLightningCollections(LightningCollections):
         commit_retry_budget: float = 30.0,
         schema: Optional[str] = None,
         sqlite_inline: bool = True,
+        pg_fast_path: Optional[bool] = None,
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(tracker=tracker)
@@ -284,6 +307,8 @@ class SqlLightningCollections(LightningCollections):
                 self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"Invalid synchronous mode {synchronous!r}")
+        self.fast_path = self.dialect == "postgresql" and _fast_path_setting(pg_fast_path)
+        """Whether PostgreSQL commit units run on the fast path (see ``pg_fast_path``)."""
         self.schema = SqlSchema(self.dialect)
         self.pg_schema = schema
         self._echo = echo
@@ -527,7 +552,7 @@ class SqlLightningCollections(LightningCollections):
         if not commit or nested:
             async with self.atomic(mode=mode, snapshot=snapshot, commit=commit, labels=labels) as view:
                 return await callback(view)
-        deferred = self.dialect == "postgresql" and not (labels and all(label == "generic" for label in labels))
+        deferred = self.fast_path and not (labels and all(label == "generic" for label in labels))
         code = getattr(callback, "__code__", type(callback))
         optimistic: Optional[bool] = None
         if deferred:
