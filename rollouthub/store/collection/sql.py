@@ -57,7 +57,7 @@ from .base import (
     Queue,
     RolloutAttempts,
 )
-from .sql_batch import GuardConflict, NeedsTransaction
+from .sql_batch import GuardConflict
 from .sql_caches import QueueMirror
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_key_value import SqlKeyValue
@@ -344,8 +344,6 @@ class SqlLightningCollections(LightningCollections):
         self.claiming: Set[int] = set()
         """PostgreSQL: the queue entries (``seq``) optimistic units of this process are claiming (see
         :func:`.sql_compound.dequeue_rollouts`)."""
-        self._pessimistic_callbacks: Set[Any] = set()
-        """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 
     # --- engines ----------------------------------------------------------------------------------------------
 
@@ -553,10 +551,9 @@ class SqlLightningCollections(LightningCollections):
             async with self.atomic(mode=mode, snapshot=snapshot, commit=commit, labels=labels) as view:
                 return await callback(view)
         deferred = self.fast_path and not (labels and all(label == "generic" for label in labels))
-        code = getattr(callback, "__code__", type(callback))
         optimistic: Optional[bool] = None
         if deferred:
-            optimistic = not snapshot and code not in self._pessimistic_callbacks
+            optimistic = not snapshot
         deadline = time.monotonic() + self._commit_retry_budget
         delay = 0.002
         attempt = 0
@@ -565,11 +562,6 @@ class SqlLightningCollections(LightningCollections):
             try:
                 async with self._commit_unit(mode, snapshot, labels, optimistic) as view:
                     return await callback(view)
-            except NeedsTransaction as exc:
-                if exc.remember:
-                    self._pessimistic_callbacks.add(code)
-                optimistic = False
-                continue
             except GuardConflict:
                 optimistic = False  # the rows are contended: lock them this time
                 self.latest_resources_cache = None  # it may be what changed

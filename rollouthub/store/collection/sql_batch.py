@@ -36,7 +36,7 @@ process remembers (:mod:`.sql_compound`, :mod:`.sql_caches`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .base import DuplicatedPrimaryKeyError
 from .sql_caches import CACHED_TABLES, WrittenRows, cache_rollouts, follow_writes, merged
@@ -46,12 +46,9 @@ if TYPE_CHECKING:
     from .sql_engine import Unit
 
 __all__ = [
-    "NeedsTransaction",
     "NO_GUARD",
     "GuardConflict",
     "WriteBatch",
-    "PendingResult",
-    "PENDING",
     "PG_ARRAY",
     "STATEMENTS",
     "QUEUE",
@@ -63,16 +60,6 @@ PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "json
 """The array type of each column kind (parameters of ``unnest``)."""
 
 _NOTIFY_PAYLOAD_LIMIT = 7900
-
-
-class NeedsTransaction(BaseException):
-    """An optimistic unit did something only a transaction can do (raised before anything was written). A
-    ``BaseException``: the business logic must not catch it -- ``execute()`` runs the unit again, pessimistically,
-    and (``remember``) runs that callback pessimistically from then on."""
-
-    def __init__(self, remember: bool = True) -> None:
-        super().__init__()
-        self.remember = remember
 
 
 class _CounterSpec(NamedTuple):
@@ -90,35 +77,6 @@ QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
 
 class GuardConflict(Exception):
     """A row read by an optimistic unit changed before its writes: nothing was written; run the unit again."""
-
-
-class PendingResult(Sequence[Any]):
-    """What a deferred ``update``/``upsert`` with ``update_fields`` returns: the stored rows are not read back (the
-    writes are sent at the end of the unit, and reading whole rows back would cost the database and the client for
-    results the business logic never uses). Any access raises ``RuntimeError``; read the rows after the unit."""
-
-    __slots__ = ()
-
-    def _fail(self) -> Any:
-        raise RuntimeError(
-            "update()/upsert() inside a PostgreSQL execute(commit=True) unit do not return the stored rows (the writes "
-            "are sent when the unit ends); read them after the unit"
-        )
-
-    def __len__(self) -> int:
-        return self._fail()  # type: ignore[no-any-return]
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._fail()
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._fail()  # type: ignore[no-any-return]
-
-    def __repr__(self) -> str:
-        return "<PendingResult of a deferred write>"
-
-
-PENDING = PendingResult()
 
 
 def quote(name: str) -> str:
@@ -478,11 +436,11 @@ class WriteBatch:
 
     async def before_statement(self, unit: Unit, tables: Iterable[str], write: bool) -> None:
         """Before a statement that runs right away: an optimistic unit may only read, and only tables without pending
-        writes (:class:`NeedsTransaction`); a pessimistic one sends its pending writes first when the statement
-        writes or reads a table they touch."""
+        writes (else it starts its transaction: :meth:`~.sql_engine.Unit.start_transaction`); a unit in a
+        transaction sends its pending writes first when the statement writes or reads a table they touch."""
         if unit.optimistic:
             if write or any(t in self.tables for t in tables):
-                raise NeedsTransaction()
+                await unit.start_transaction()
         elif self.ops and (write or any(t in self.tables for t in tables)):
             await self.flush(unit)
 
@@ -491,7 +449,7 @@ class WriteBatch:
     async def _claim_keys(self, unit: Unit, spec: TableSpec, keys: Sequence[Tuple[Any, ...]]) -> bool:
         """Note the rows a write touches; ``False`` when the write must run right away instead (its own items repeat a
         key -- sent after the pending writes). Two writes of one row never share a statement: what is pending is sent
-        first (an optimistic unit cannot: :class:`NeedsTransaction`)."""
+        first (an optimistic unit starts its transaction for that)."""
         name = spec.name
         touched = self.touched
         clash = len(keys) > 1 and len(set(keys)) != len(keys)
@@ -502,8 +460,9 @@ class WriteBatch:
                     break
         if clash:
             if unit.optimistic:
-                raise NeedsTransaction()
-            await self.flush(unit)
+                await unit.start_transaction()  # sends what is pending
+            else:
+                await self.flush(unit)
             if len(set(keys)) != len(keys):
                 return False
         for key in keys:
@@ -677,11 +636,12 @@ class WriteBatch:
             outputs.append(f"CASE WHEN {ok or 'true'} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END")
         return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
 
-    async def flush(self, unit: Unit) -> None:
+    async def flush(self, unit: Unit, check: bool = False) -> None:
         """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.
         Raises :class:`GuardConflict` (nothing written) when a guarded row changed. A unit that used a cached answer
-        (:func:`latest_resources`) sends the statement even without writes, to check it."""
-        if not self.ops and not self.cached:
+        (:func:`latest_resources`) sends the statement even without writes, to check it; ``check``: also when it
+        only read rows (a unit starting its transaction locks and checks them)."""
+        if not self.ops and not self.cached and not (check and (self.guards or self.latest is not NO_GUARD)):
             return
         ops = self.ops
         seen, written, head, enqueue, pop = self.seen, self.written, self.head, self._enqueue, self._pop

@@ -74,6 +74,8 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
     when the mirror is in sync with the queue: no statement at all; the write statement also checks that no other
     entry precedes it."""
     await batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), False)
+    if not unit.optimistic:  # the unit had to start its transaction: pop in it
+        return await dequeue_rollouts(unit, rollouts, limit)
     backend = unit.backend
     claiming = backend.claiming
     mirror = backend.queue_mirror
