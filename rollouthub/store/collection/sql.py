@@ -58,7 +58,7 @@ from .base import (
     RolloutAttempts,
 )
 from .sql_batch import GuardConflict
-from .sql_caches import QueueMirror
+from .sql_caches import CachedResources, CachedRollout, QueueMirror
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_key_value import SqlKeyValue
 from .sql_primitives import SqlCollection
@@ -333,12 +333,11 @@ class SqlLightningCollections(LightningCollections):
         self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
         self._unbound: Optional[Dict[str, Any]] = None
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
-        self.latest_resources_cache: Optional[Tuple[Any, Optional[str]]] = None
+        self.latest_resources_cache: Optional[CachedResources] = None
         """PostgreSQL: the latest resources snapshot and its version, as last read (see
         :func:`.sql_compound.latest_resources`); ``None``: unknown."""
-        self.rollout_cache: Dict[str, List[Any]] = {}
-        """PostgreSQL: ``rollout_id -> [rollout, its version, latest attempt or None, its version]`` as this process
-        last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
+        self.rollout_cache: Dict[str, CachedRollout] = {}
+        """PostgreSQL: the rollouts (with their latest attempt) as this process last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
         self.queue_mirror = QueueMirror()
         """PostgreSQL: the queue entries this process appended (see :class:`.sql_caches.QueueMirror`)."""
         self.claiming: Set[int] = set()
