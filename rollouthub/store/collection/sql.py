@@ -15,10 +15,10 @@ Units of work (``atomic()`` / ``execute()``):
   units in ``READ COMMITTED``; in both, rows read inside a write unit are locked (``SELECT ... FOR UPDATE``) so
   read-modify-write cannot lose updates. ``execute(commit=True)`` re-runs the callback on serialization failures /
   deadlocks (SQLSTATE 40001 / 40P01) and on SQLite "database is locked", with jittered backoff within a time budget.
-* PostgreSQL ``execute(commit=True)`` units (the business logic's read-modify-write units) defer their writes into
-  one statement and run optimistically first (reads without a transaction, the writes guarded by the versions of
-  the rows read), falling back to the transaction above when a row changed or the unit needs a result mid-way:
-  see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
+* PostgreSQL fast path (on unless ``pg_fast_path=False`` / ``ROLLOUTHUB_PG_FAST_PATH=0``): ``execute(commit=True)``
+  units (the business logic's read-modify-write units) defer their writes into one statement and run optimistically
+  first (reads without a transaction, the writes guarded by the versions of the rows read), starting a transaction
+  where the unit needs a result mid-way and running again in one when a row changed: see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
   remembers, checked by the write statement (:mod:`.sql_caches`).
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
@@ -542,8 +542,9 @@ class SqlLightningCollections(LightningCollections):
     ) -> R:
         """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried.
 
-        PostgreSQL ``commit=True`` units defer their writes and run optimistically first (:mod:`.sql_batch`): the
-        callback may run more than once, so it must be re-runnable (as for conflict retries)."""
+        On the PostgreSQL fast path ``commit=True`` units defer their writes and run optimistically first
+        (:mod:`.sql_batch`): the callback may run more than once, so it must be re-runnable (as for conflict
+        retries)."""
         active = ACTIVE_UNIT.get()
         nested = active is not None and active.backend is self and active.task is asyncio.current_task()
         if not commit or nested:
