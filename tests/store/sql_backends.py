@@ -102,19 +102,37 @@ async def postgres_collections(**kwargs: Any) -> AsyncIterator[Any]:
         await drop_pg_schema(url, schema)
 
 
+@asynccontextmanager
+async def postgres_plain_store(**kwargs: Any) -> AsyncIterator[Any]:
+    """:func:`postgres_store` on the plain path (``pg_fast_path=False``: no deferred writes, optimistic units or
+    caches)."""
+    async with postgres_store(pg_fast_path=False, **kwargs) as store:
+        yield store
+
+
+@asynccontextmanager
+async def postgres_plain_collections(**kwargs: Any) -> AsyncIterator[Any]:
+    """:func:`postgres_collections` on the plain path."""
+    async with postgres_collections(pg_fast_path=False, **kwargs) as collections:
+        yield collections
+
+
 def register(
     store_backends: dict[str, Callable[..., Any]],
     traits: dict[str, Any],
     collection_backends: dict[str, Callable[..., Any]],
     traits_cls: type,
 ) -> None:
-    """Add the ``sqlite`` and ``postgres`` entries to the registries of ``tests/store/backends.py``."""
+    """Add the ``sqlite``, ``postgres`` and ``postgres_plain`` (the PostgreSQL fast path off) entries to the
+    registries of ``tests/store/backends.py``."""
     store_backends["sqlite"] = sqlite_store
     store_backends["postgres"] = postgres_store
-    for name in ("sqlite", "postgres"):
+    store_backends["postgres_plain"] = postgres_plain_store
+    for name in ("sqlite", "postgres", "postgres_plain"):
         traits[name] = traits_cls(name=name, thread_safe=True, statistics_name="SqlLightningStore")
     collection_backends["sqlite"] = sqlite_collections
     collection_backends["postgres"] = postgres_collections
+    collection_backends["postgres_plain"] = postgres_plain_collections
 
 
 @asynccontextmanager

@@ -140,26 +140,37 @@ async def test_optimistic_unit_reruns_when_a_row_it_read_changed() -> None:
         assert [w.worker_id for w in (await c.workers.query()).items] == ["w-run2"]  # the first run wrote nothing
 
 
-async def test_unit_needing_a_result_mid_way_runs_in_a_transaction_and_is_remembered() -> None:
-    """Popping the queue (its result is needed) cannot be deferred: the optimistic run stops before writing
-    anything, the unit runs in a transaction, and the next call of the same callback goes there directly."""
+async def test_unit_needing_a_result_mid_way_starts_its_transaction_there() -> None:
+    """Popping the queue (its result is needed) cannot be deferred: the optimistic unit starts its transaction at
+    that call (its pending writes go with the check of the rows it read) and runs once; a row it read that changed
+    before that point makes it run again, with nothing of the first run written."""
     async with postgres_collections() as c:
         await c.rollout_queue.enqueue(["ro-1", "ro-2"])
+        await c.rollouts.insert([_rollout("ro-1")])
+        other = await _other_connection(c)
         calls: List[int] = []
         names = iter(range(1, 100))
 
         async def callback(view: Any) -> str:
             calls.append(1)
+            await view.rollouts.get(filter={"rollout_id": {"exact": "ro-1"}})
             await view.workers.insert([Worker(worker_id=f"w{next(names)}")])
+            if interfere and len(calls) == 1:  # a concurrent writer, after our read
+                await other.execute("UPDATE rollouts SET metadata = '{\"other\": 1}' WHERE rollout_id = 'ro-1'")
             return str((await view.rollout_queue.dequeue(1))[0])
 
-        assert await c.execute(callback, mode="rw", commit=True, labels=["rollout_queue", "workers"]) == "ro-1"
-        assert len(calls) == 2  # optimistic attempt (stopped at the pop), then in a transaction
-        calls.clear()
-        assert await c.execute(callback, mode="rw", commit=True, labels=["rollout_queue", "workers"]) == "ro-2"
-        assert len(calls) == 1
-        # Each run that counted wrote its worker; the optimistic attempt wrote nothing.
-        assert sorted(w.worker_id for w in (await c.workers.query()).items) == ["w2", "w3"]
+        try:
+            interfere = False
+            assert await c.execute(callback, mode="rw", commit=True, labels=["rollout_queue", "workers"]) == "ro-1"
+            assert len(calls) == 1
+            calls.clear()
+            interfere = True
+            assert await c.execute(callback, mode="rw", commit=True, labels=["rollout_queue", "workers"]) == "ro-2"
+            assert len(calls) == 2  # the first run found ro-1 changed when it started its transaction
+        finally:
+            await other.close()
+        # w2 belongs to the run that found its read stale: nothing of it was written.
+        assert sorted(w.worker_id for w in (await c.workers.query()).items) == ["w1", "w3"]
 
 
 async def test_deferred_writes_are_all_or_nothing() -> None:
@@ -183,25 +194,21 @@ async def test_deferred_writes_are_all_or_nothing() -> None:
         assert (await c.workers.query()).items == []
 
 
-async def test_deferred_update_result_and_repeated_row_writes() -> None:
-    """Inside the unit the rows of a deferred update are not readable (clear error); two writes of one row in one
-    unit keep the last; a read of a table with pending writes sees them."""
+async def test_update_result_and_repeated_row_writes() -> None:
+    """Inside a unit ``update`` returns the stored items (it is sent at once); ``write_update`` is deferred; two
+    writes of one row in one unit keep the last; a read of a table with pending writes sees them."""
     async with postgres_collections() as c:
         await c.rollouts.insert([_rollout("ro-1")])
-        errors: List[str] = []
+        results: List[Any] = []
 
         async def callback(view: Any) -> int:
-            result = await view.rollouts.update([_rollout("ro-1", "preparing")], update_fields=["status"])
-            try:
-                len(result)
-            except RuntimeError as exc:
-                errors.append(str(exc))
-            await view.rollouts.update([_rollout("ro-1", "running")], update_fields=["status"])
+            results.append(await view.rollouts.update([_rollout("ro-1", "preparing")], update_fields=["status"]))
+            await view.rollouts.write_update([_rollout("ro-1", "running")], update_fields=["status"])
             found = await view.rollouts.get(filter={"rollout_id": {"exact": "ro-1"}})
             return {"running": 1}.get(found.status, 0)
 
         assert await c.execute(callback, mode="rw", commit=True, labels=["rollouts"]) == 1
-        assert errors and "after the unit" in errors[0]
+        assert [r.status for r in results[-1]] == ["preparing"]
         assert (await c.rollouts.get(filter={"rollout_id": {"exact": "ro-1"}})).status == "running"
 
 

@@ -46,7 +46,13 @@ def test_a_full_mirror_records_nothing_until_it_is_empty() -> None:
 
 
 def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_succeeded() -> None:
-    from rollouthub.store.collection.sql_caches import WRITTEN, WrittenRows, cache_rollouts, follow_writes
+    from rollouthub.store.collection.sql_caches import (
+        WRITTEN,
+        CachedRollout,
+        WrittenRows,
+        cache_rollouts,
+        follow_writes,
+    )
     from rollouthub.store.collection.sql_schema import SqlSchema
     from rollouthub.types import Attempt, Rollout
 
@@ -54,7 +60,7 @@ def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_s
     rollout = Rollout(rollout_id="ro-1", input={"q": 1}, start_time=1.0, status="running")
     attempt = Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=1.0, status="running")
     other = Rollout(rollout_id="ro-2", input=None, start_time=2.0, status="running")
-    seen = {"ro-1": [rollout, "100", attempt, "101"], "ro-2": [other, "200", None, None]}
+    seen = {"ro-1": CachedRollout(rollout, "100", attempt, "101"), "ro-2": CachedRollout(other, "200")}
     written = [
         WrittenRows("update", specs["attempts"], [("ro-1", "at-1")], [{"status": "succeeded", "end_time": 5.0}]),
         WrittenRows("update", specs["rollouts"], [("ro-1",)], [{"status": "succeeded", "end_time": 5.0}]),
@@ -62,15 +68,22 @@ def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_s
     ]
     after = follow_writes(seen, written)
     # what the unit read is untouched (the statement may still fail: its rollouts are then dropped from the cache)
-    assert seen["ro-1"] == [rollout, "100", attempt, "101"] and rollout.status == "running"
+    assert seen["ro-1"] == CachedRollout(rollout, "100", attempt, "101") and rollout.status == "running"
     assert set(after) == {"ro-1"}
-    new_rollout, version, new_attempt, attempt_version = after["ro-1"]
+    entry = after["ro-1"]
+    new_rollout, version, new_attempt, attempt_version = (
+        entry.rollout,
+        entry.version,
+        entry.latest,
+        entry.latest_version,
+    )
     assert (new_rollout.status, new_rollout.end_time, new_rollout.input) == ("succeeded", 5.0, {"q": 1})
     assert (new_attempt.status, new_attempt.end_time) == ("succeeded", 5.0)
     assert version is WRITTEN and attempt_version is WRITTEN
     assert {"status", "end_time"} <= new_rollout.model_fields_set
 
-    cache: dict = {"ro-2": ["stale"]}
+    stale = CachedRollout(other, "1")
+    cache = {"ro-2": stale}
     cache_rollouts(cache, after, "300")
-    assert cache["ro-1"] == [new_rollout, "300", new_attempt, "300"]
-    assert cache["ro-2"] == ["stale"]  # only the followed rollouts are written to the cache
+    assert cache["ro-1"] == CachedRollout(new_rollout, "300", new_attempt, "300")
+    assert cache["ro-2"] is stale  # only the followed rollouts are written to the cache

@@ -22,9 +22,12 @@ from tests.store.sql_backends import open_target_store, sql_target
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def target(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, str]]:
-    async with sql_target(request.param) as created:
+@pytest.fixture(params=["sqlite", "postgres", "postgres_plain"])
+async def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, str]]:
+    """A fresh database; ``postgres_plain``: PostgreSQL with the fast path off in this process and its children."""
+    if request.param == "postgres_plain":
+        monkeypatch.setenv("ROLLOUTHUB_PG_FAST_PATH", "0")
+    async with sql_target(request.param.removesuffix("_plain")) as created:
         yield created
 
 

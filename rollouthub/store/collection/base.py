@@ -470,6 +470,16 @@ class Collection(TrackedCollection, Generic[T_model]):
         """Delete items by primary key; a missing key raises ``ValueError``."""
         raise NotImplementedError()
 
+    async def write_update(self, items: Sequence[T_model], update_fields: Optional[Sequence[str]] = None) -> None:
+        """:meth:`update` for a caller that does not need the stored items: a backend may then send the write with
+        the unit's other writes when the unit ends (the PostgreSQL fast path). A missing item fails the unit with
+        ``ValueError`` all the same (at the latest when the unit ends)."""
+        await self.update(items, update_fields)
+
+    async def write_upsert(self, items: Sequence[T_model], update_fields: Optional[Sequence[str]] = None) -> None:
+        """:meth:`upsert` for a caller that does not need the stored items (see :meth:`write_update`)."""
+        await self.upsert(items, update_fields)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__}[{self.item_type().__name__}]>"
 

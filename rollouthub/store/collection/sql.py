@@ -15,10 +15,10 @@ Units of work (``atomic()`` / ``execute()``):
   units in ``READ COMMITTED``; in both, rows read inside a write unit are locked (``SELECT ... FOR UPDATE``) so
   read-modify-write cannot lose updates. ``execute(commit=True)`` re-runs the callback on serialization failures /
   deadlocks (SQLSTATE 40001 / 40P01) and on SQLite "database is locked", with jittered backoff within a time budget.
-* PostgreSQL ``execute(commit=True)`` units (the business logic's read-modify-write units) defer their writes into
-  one statement and run optimistically first (reads without a transaction, the writes guarded by the versions of
-  the rows read), falling back to the transaction above when a row changed or the unit needs a result mid-way:
-  see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
+* PostgreSQL fast path (on unless ``pg_fast_path=False`` / ``ROLLOUTHUB_PG_FAST_PATH=0``): ``execute(commit=True)``
+  units (the business logic's read-modify-write units) defer their writes into one statement and run optimistically
+  first (reads without a transaction, the writes guarded by the versions of the rows read), starting a transaction
+  where the unit needs a result mid-way and running again in one when a row changed: see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
   remembers, checked by the write statement (:mod:`.sql_caches`).
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
@@ -57,8 +57,8 @@ from .base import (
     Queue,
     RolloutAttempts,
 )
-from .sql_batch import GuardConflict, NeedsTransaction
-from .sql_caches import QueueMirror
+from .sql_batch import GuardConflict
+from .sql_caches import CachedResources, CachedRollout, QueueMirror
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_key_value import SqlKeyValue
 from .sql_primitives import SqlCollection
@@ -76,6 +76,22 @@ _WRITE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[str, asy
     weakref.WeakKeyDictionary()
 )
 _WRITE_LOCKS_GUARD = threading.Lock()
+
+
+FAST_PATH_ENV = "ROLLOUTHUB_PG_FAST_PATH"
+"""The environment variable that turns the PostgreSQL fast path off (``0``/``false``/``off``) or on."""
+
+
+def _fast_path_setting(flag: Optional[bool]) -> bool:
+    """``flag``, or (``None``) what :data:`FAST_PATH_ENV` says (on when unset)."""
+    if flag is not None:
+        return flag
+    text = os.environ.get(FAST_PATH_ENV, "").strip().lower()
+    if text in ("", "1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"{FAST_PATH_ENV} must be 1/true/on or 0/false/off, got {text!r}")
 
 
 def _make_collection(backend: SqlLightningCollections, unit: Optional[Unit], name: str) -> Any:
@@ -126,8 +142,9 @@ class _UnitView(LightningCollections):
         return await callback(self)
 
     async def dequeue_rollouts(self, limit: int) -> List[PoppedRollout]:
-        """PostgreSQL: one statement (see :func:`.sql_compound.dequeue_rollouts`); SQLite: the primitives."""
-        if self._unit.sqlite or limit <= 0:
+        """PostgreSQL fast path: one statement (see :func:`.sql_compound.dequeue_rollouts`); otherwise the
+        primitives."""
+        if not self._backend.fast_path or limit <= 0:
             return await super().dequeue_rollouts(limit)
         return await sql_compound.dequeue_rollouts(self._unit, self._backend.schema.specs["rollouts"], limit)
 
@@ -139,8 +156,9 @@ class _UnitView(LightningCollections):
         return await super().latest_resources()
 
     async def get_rollout_and_attempts(self, rollout_id: str, attempt_id: Optional[str] = None) -> RolloutAttempts:
-        """PostgreSQL: one statement (see :func:`.sql_compound.get_rollout_and_attempts`); SQLite: the primitives."""
-        if self._unit.sqlite:
+        """PostgreSQL fast path: one statement (see :func:`.sql_compound.get_rollout_and_attempts`); otherwise the
+        primitives."""
+        if not self._backend.fast_path:
             return await super().get_rollout_and_attempts(rollout_id, attempt_id)
         specs = self._backend.schema.specs
         return await sql_compound.get_rollout_and_attempts(
@@ -234,6 +252,10 @@ class SqlLightningCollections(LightningCollections):
             default ``rollouthub``) and size the pool (``?pool_size=4&max_overflow=4``).
         sqlite_inline: SQLite: run statements on the event-loop thread (no thread hop; waits for other processes'
             locks asynchronously). ``False``: one worker thread per connection.
+        pg_fast_path: PostgreSQL: run the business logic's commit units on the fast path (deferred writes in one
+            statement, optimistic units, process-local caches: :mod:`.sql_batch`); ``False``: the plain path (each
+            unit a transaction of plain statements, rows read locked with ``FOR UPDATE``, as on SQLite). ``None``:
+            ``$ROLLOUTHUB_PG_FAST_PATH`` (``0``/``false``/``off`` turn it off), on by default. Ignored on SQLite.
         engine_kwargs: passed to ``create_async_engine`` (the engine used for schema work).
     """
 
@@ -250,6 +272,7 @@ class SqlLightningCollections(LightningCollections):
         commit_retry_budget: float = 30.0,
         schema: Optional[str] = None,
         sqlite_inline: bool = True,
+        pg_fast_path: Optional[bool] = None,
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(tracker=tracker)
@@ -284,6 +307,8 @@ class SqlLightningCollections(LightningCollections):
                 self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"Invalid synchronous mode {synchronous!r}")
+        self.fast_path = self.dialect == "postgresql" and _fast_path_setting(pg_fast_path)
+        """Whether PostgreSQL commit units run on the fast path (see ``pg_fast_path``)."""
         self.schema = SqlSchema(self.dialect)
         self.pg_schema = schema
         self._echo = echo
@@ -308,19 +333,16 @@ class SqlLightningCollections(LightningCollections):
         self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
         self._unbound: Optional[Dict[str, Any]] = None
         self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
-        self.latest_resources_cache: Optional[Tuple[Any, Optional[str]]] = None
+        self.latest_resources_cache: Optional[CachedResources] = None
         """PostgreSQL: the latest resources snapshot and its version, as last read (see
         :func:`.sql_compound.latest_resources`); ``None``: unknown."""
-        self.rollout_cache: Dict[str, List[Any]] = {}
-        """PostgreSQL: ``rollout_id -> [rollout, its version, latest attempt or None, its version]`` as this process
-        last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
+        self.rollout_cache: Dict[str, CachedRollout] = {}
+        """PostgreSQL: the rollouts (with their latest attempt) as this process last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
         self.queue_mirror = QueueMirror()
         """PostgreSQL: the queue entries this process appended (see :class:`.sql_caches.QueueMirror`)."""
         self.claiming: Set[int] = set()
         """PostgreSQL: the queue entries (``seq``) optimistic units of this process are claiming (see
         :func:`.sql_compound.dequeue_rollouts`)."""
-        self._pessimistic_callbacks: Set[Any] = set()
-        """Code of the commit-unit callbacks that need a transaction (learnt when they raise NeedsTransaction)."""
 
     # --- engines ----------------------------------------------------------------------------------------------
 
@@ -520,18 +542,18 @@ class SqlLightningCollections(LightningCollections):
     ) -> R:
         """Run ``callback(collections)`` in one unit; with ``commit=True`` transient conflicts are retried.
 
-        PostgreSQL ``commit=True`` units defer their writes and run optimistically first (:mod:`.sql_batch`): the
-        callback may run more than once, so it must be re-runnable (as for conflict retries)."""
+        On the PostgreSQL fast path ``commit=True`` units defer their writes and run optimistically first
+        (:mod:`.sql_batch`): the callback may run more than once, so it must be re-runnable (as for conflict
+        retries)."""
         active = ACTIVE_UNIT.get()
         nested = active is not None and active.backend is self and active.task is asyncio.current_task()
         if not commit or nested:
             async with self.atomic(mode=mode, snapshot=snapshot, commit=commit, labels=labels) as view:
                 return await callback(view)
-        deferred = self.dialect == "postgresql" and not (labels and all(label == "generic" for label in labels))
-        code = getattr(callback, "__code__", type(callback))
+        deferred = self.fast_path and not (labels and all(label == "generic" for label in labels))
         optimistic: Optional[bool] = None
         if deferred:
-            optimistic = not snapshot and code not in self._pessimistic_callbacks
+            optimistic = not snapshot
         deadline = time.monotonic() + self._commit_retry_budget
         delay = 0.002
         attempt = 0
@@ -540,11 +562,6 @@ class SqlLightningCollections(LightningCollections):
             try:
                 async with self._commit_unit(mode, snapshot, labels, optimistic) as view:
                     return await callback(view)
-            except NeedsTransaction as exc:
-                if exc.remember:
-                    self._pessimistic_callbacks.add(code)
-                optimistic = False
-                continue
             except GuardConflict:
                 optimistic = False  # the rows are contended: lock them this time
                 self.latest_resources_cache = None  # it may be what changed

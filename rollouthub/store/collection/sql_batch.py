@@ -1,57 +1,68 @@
-"""PostgreSQL: the writes of a commit unit sent as ONE statement, and optimistic units.
+"""The PostgreSQL fast path: a commit unit's writes sent as ONE statement, optimistic units, and their invariants.
 
-On PostgreSQL every statement -- ``BEGIN`` and ``COMMIT`` included -- is a client/server round trip, and the round
-trips, not the SQL work, dominate the cost of a store call (``docs/sql-backend.md`` has the counts). The business
-logic's read-modify-write units (``execute(commit=True)``) therefore run like this on PostgreSQL:
+The fast path is on by default and switched off with ``SqlLightningCollections(pg_fast_path=False)`` or
+``ROLLOUTHUB_PG_FAST_PATH=0``; off, every commit unit is a plain transaction (``BEGIN``, reads locked with
+``FOR UPDATE``, the writes, ``COMMIT``), as on SQLite. On PostgreSQL every statement -- ``BEGIN`` and ``COMMIT``
+included -- is a client/server round trip, and the round trips dominate the cost of a store call
+(``docs/sql-backend.md`` has the counts and the A/B against the plain path). On the fast path the business logic's
+read-modify-write units (``execute(commit=True)``) run like this:
 
-* **Deferred writes.** ``insert``/``update``/``upsert``/``delete``, queue appends, counter raises and ``NOTIFY``s
-  are collected in the unit's :class:`WriteBatch` and sent when the unit ends, as one statement of data-modifying
-  CTEs (``WITH w0 AS (INSERT ...), w1 AS (UPDATE ... FROM (...) AS v ...) ... SELECT ...``; one row binds scalars,
-  several rows ``unnest`` one array per column; the text is built once per shape, and PostgreSQL keeps one generic
-  plan for it). A statement that reads a table with pending writes (or writes right away) sends them first, and two
-  writes of one row never share a statement (PostgreSQL cannot update a row twice in one). ``update``/``upsert``
-  with ``update_fields`` do not read the stored rows back: their result cannot be read (:class:`PendingResult`).
+* **Deferred writes.** ``insert``, ``write_update``/``write_upsert`` (the writes whose caller needs no result),
+  ``update``/``upsert`` without ``update_fields``, ``delete``, queue appends, counter raises and ``NOTIFY``s are
+  collected in the unit's :class:`WriteBatch` and sent when the unit ends, as one statement of data-modifying CTEs
+  (``WITH w0 AS (INSERT ...), w1 AS (UPDATE ... FROM (...) AS v ...) ... SELECT ...``; one row binds scalars,
+  several rows ``unnest`` one array per column; the text is built once per shape). A statement that must run right
+  away (a read of a table with pending writes, a write whose result is needed) sends the pending writes first, and
+  two writes of one row never share a statement (PostgreSQL cannot update a row twice in one).
 * **Optimistic first.** The unit's reads run without a transaction and every row read is remembered with its version
   (the ``xmin`` system column). The final statement locks those rows (``FOR UPDATE``), checks that their versions
-  did not change and only then applies the writes (all in one statement, hence atomically): a unit is one round
-  trip per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. A counter bump reads the
-  counter and writes ``value + n`` under the same guard (or creates the counter). When a row changed
-  (:class:`GuardConflict`) the unit runs again, pessimistically. A unit that needs a result from the database in
-  the middle of its writes (popping the queue with the ``Queue.dequeue`` primitive) raises
-  :class:`NeedsTransaction` at that call, before anything was written, and runs pessimistically from then on
-  (remembered per callback): ``BEGIN``, reads locked with ``FOR UPDATE``, the deferred writes in one statement,
-  ``COMMIT``. A claim (the compound ``dequeue_rollouts``) needs none: it reads the head of the queue and the write
-  statement deletes the entries under guards (:mod:`.sql_compound`).
-* **Checks of what the process remembers.** Besides rows read, the statement may check the latest resources
-  snapshot's version, that a claimed entry is the head of the queue, and report its transaction id (the version of
-  the rows it wrote): see :mod:`.sql_caches`.
+  did not change and only then applies the writes (all in one statement, hence atomically): a unit is one round trip
+  per (compound) read plus one for all its writes, without ``BEGIN``/``COMMIT``. When a statement must run right
+  away, the unit starts its transaction there (:meth:`~.sql_engine.Unit.start_transaction`): the rows read so far
+  are locked and checked in the statement that sends the pending writes, and the unit goes on as a transaction.
+  When a check fails, nothing was written: :class:`GuardConflict`, and ``execute()`` runs the unit again, in a
+  transaction from its start.
+* **Caches** (:mod:`.sql_caches`) answer some compound reads from what the process remembers, with the versions it
+  remembers; the write statement checks them like the versions of rows read, plus the version of the latest
+  resources snapshot and that a claimed queue entry is the head of the queue.
 
-Both modes give the same guarantee: no row read by the unit changes between the read and the unit's writes. Neither
-locks rows that were not read (phantoms): as before, a rule that depends on the absence of rows relies on a row that
-is read -- e.g. every new attempt also writes its rollout's row, which the attempt updates read.
+Invariants (what makes the fast path equivalent to the plain path; ``tests/store/test_pg_fast_path_property.py``
+runs the same random operation sequences from several processes on both and compares the outcomes):
 
-The compound reads of :class:`~.base.LightningCollections` are answered with one statement each, or from what the
-process remembers (:mod:`.sql_compound`, :mod:`.sql_caches`).
+1. No row a unit read (or took from a cache) changes between the read and the unit's writes: the write statement
+   locks and checks every such row's version, or the transaction holds its ``FOR UPDATE`` lock.
+2. A unit's writes are all or nothing: they are one statement, or statements of one transaction.
+3. A cache only saves reads: nothing is written on the strength of a cached answer unless the write statement (or the
+   transaction-starting statement) found its version unchanged. A failed check drops the cache entry concerned.
+4. Rows that were not read are not locked (phantoms): as on the plain path, a rule that depends on the absence of
+   rows relies on a row that is read -- e.g. every new attempt also writes its rollout's row.
+5. A callback of ``execute(commit=True)`` may run more than once (as for serialization conflicts): it must be
+   re-runnable, and only its last run's writes are stored.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .base import DuplicatedPrimaryKeyError
-from .sql_caches import CACHED_TABLES, WrittenRows, cache_rollouts, follow_writes, merged
+from .sql_caches import (
+    CACHED_TABLES,
+    CachedRollout,
+    QueuedRollout,
+    WrittenRows,
+    cache_rollouts,
+    follow_writes,
+    merged,
+)
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
     from .sql_engine import Unit
 
 __all__ = [
-    "NeedsTransaction",
     "NO_GUARD",
     "GuardConflict",
     "WriteBatch",
-    "PendingResult",
-    "PENDING",
     "PG_ARRAY",
     "STATEMENTS",
     "QUEUE",
@@ -63,16 +74,6 @@ PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "json
 """The array type of each column kind (parameters of ``unnest``)."""
 
 _NOTIFY_PAYLOAD_LIMIT = 7900
-
-
-class NeedsTransaction(BaseException):
-    """An optimistic unit did something only a transaction can do (raised before anything was written). A
-    ``BaseException``: the business logic must not catch it -- ``execute()`` runs the unit again, pessimistically,
-    and (``remember``) runs that callback pessimistically from then on."""
-
-    def __init__(self, remember: bool = True) -> None:
-        super().__init__()
-        self.remember = remember
 
 
 class _CounterSpec(NamedTuple):
@@ -90,35 +91,6 @@ QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
 
 class GuardConflict(Exception):
     """A row read by an optimistic unit changed before its writes: nothing was written; run the unit again."""
-
-
-class PendingResult(Sequence[Any]):
-    """What a deferred ``update``/``upsert`` with ``update_fields`` returns: the stored rows are not read back (the
-    writes are sent at the end of the unit, and reading whole rows back would cost the database and the client for
-    results the business logic never uses). Any access raises ``RuntimeError``; read the rows after the unit."""
-
-    __slots__ = ()
-
-    def _fail(self) -> Any:
-        raise RuntimeError(
-            "update()/upsert() inside a PostgreSQL execute(commit=True) unit do not return the stored rows (the writes "
-            "are sent when the unit ends); read them after the unit"
-        )
-
-    def __len__(self) -> int:
-        return self._fail()  # type: ignore[no-any-return]
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._fail()
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._fail()  # type: ignore[no-any-return]
-
-    def __repr__(self) -> str:
-        return "<PendingResult of a deferred write>"
-
-
-PENDING = PendingResult()
 
 
 def quote(name: str) -> str:
@@ -336,7 +308,7 @@ class _RaiseTo(_Op):
     __slots__ = ("values",)
 
     def __init__(self) -> None:
-        self.shape = ("r",)
+        self.shape = ("raise_to",)
         self.values: Dict[str, int] = {}
 
     def cte(self, first: int, ok: str) -> str:
@@ -358,7 +330,7 @@ class _SetCounter(_Op):
     __slots__ = ("key", "value")
 
     def __init__(self, key: str, value: int, create: bool) -> None:
-        self.shape = ("c", create)
+        self.shape = ("set_counter", create)
         self.key = key
         self.value = value
 
@@ -380,7 +352,7 @@ class _Pop(_Op):
     __slots__ = ("seqs",)
 
     def __init__(self) -> None:
-        self.shape = ("p",)
+        self.shape = ("pop",)
         self.seqs: List[int] = []
 
     def cte(self, first: int, ok: str) -> str:
@@ -398,7 +370,7 @@ class _Notify(_Op):
     reports = True  # a SELECT in a WITH clause only runs when referenced
 
     def __init__(self, channel: str) -> None:
-        self.shape = ("n",)
+        self.shape = ("notify",)
         self.channel = channel
         self.payloads: List[str] = []
 
@@ -409,6 +381,14 @@ class _Notify(_Op):
     def params(self) -> List[Any]:
         payload = ",".join(dict.fromkeys(self.payloads))
         return [self.channel, payload if len(payload) <= _NOTIFY_PAYLOAD_LIMIT else ""]  # too long: wake everybody
+
+
+class ClaimedHead(NamedTuple):
+    """A claim of the queue entry ``seq`` taken from the queue mirror: the write statement checks that no entry
+    precedes it but those other local claims are taking (``claimed_before``)."""
+
+    seq: int
+    claimed_before: List[int]
 
 
 NO_GUARD: Any = object()
@@ -453,14 +433,13 @@ class WriteBatch:
         by the write statement (:func:`latest_resources`); ``NO_GUARD`` when the unit did not use it."""
         self.cached = False
         """Whether the unit used an answer from a cache: its statement is sent even without writes, to check it."""
-        self.seen: Dict[str, List[Any]] = {}
+        self.seen: Dict[str, CachedRollout] = {}
         """Optimistic units: the rollouts (with their latest attempt) read, as cache entries (see
         :func:`get_rollout_and_attempts`): after the write statement they are cached with the unit's writes applied."""
         self.written: List[WrittenRows] = []
         """The deferred writes of rollouts and attempts: ``(kind, spec, keys, rows)``."""
-        self.head: Optional[Tuple[int, List[int]]] = None
-        """A claim of the entry ``seq`` taken from the queue mirror: it must be the first of the queue but for the
-        entries ``seqs`` (other local claims): ``(seq, seqs)``."""
+        self.head: Optional[ClaimedHead] = None
+        """A claim of an entry taken from the queue mirror, which must be the head of the queue."""
 
     # --- reads -------------------------------------------------------------------------------------------------
 
@@ -478,11 +457,11 @@ class WriteBatch:
 
     async def before_statement(self, unit: Unit, tables: Iterable[str], write: bool) -> None:
         """Before a statement that runs right away: an optimistic unit may only read, and only tables without pending
-        writes (:class:`NeedsTransaction`); a pessimistic one sends its pending writes first when the statement
-        writes or reads a table they touch."""
+        writes (else it starts its transaction: :meth:`~.sql_engine.Unit.start_transaction`); a unit in a
+        transaction sends its pending writes first when the statement writes or reads a table they touch."""
         if unit.optimistic:
             if write or any(t in self.tables for t in tables):
-                raise NeedsTransaction()
+                await unit.start_transaction()
         elif self.ops and (write or any(t in self.tables for t in tables)):
             await self.flush(unit)
 
@@ -491,7 +470,7 @@ class WriteBatch:
     async def _claim_keys(self, unit: Unit, spec: TableSpec, keys: Sequence[Tuple[Any, ...]]) -> bool:
         """Note the rows a write touches; ``False`` when the write must run right away instead (its own items repeat a
         key -- sent after the pending writes). Two writes of one row never share a statement: what is pending is sent
-        first (an optimistic unit cannot: :class:`NeedsTransaction`)."""
+        first (an optimistic unit starts its transaction for that)."""
         name = spec.name
         touched = self.touched
         clash = len(keys) > 1 and len(set(keys)) != len(keys)
@@ -502,8 +481,9 @@ class WriteBatch:
                     break
         if clash:
             if unit.optimistic:
-                raise NeedsTransaction()
-            await self.flush(unit)
+                await unit.start_transaction()  # sends what is pending
+            else:
+                await self.flush(unit)
             if len(set(keys)) != len(keys):
                 return False
         for key in keys:
@@ -623,7 +603,7 @@ class WriteBatch:
         if latest is not NO_GUARD:
             params.append(latest)
         if self.head is not None:
-            params.extend(self.head)
+            params.extend((self.head.seq, self.head.claimed_before))
         for op in self.ops:
             params.extend(op.params())
         sql = STATEMENTS.get(shape)
@@ -677,11 +657,12 @@ class WriteBatch:
             outputs.append(f"CASE WHEN {ok or 'true'} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END")
         return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
 
-    async def flush(self, unit: Unit) -> None:
+    async def flush(self, unit: Unit, check: bool = False) -> None:
         """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.
         Raises :class:`GuardConflict` (nothing written) when a guarded row changed. A unit that used a cached answer
-        (:func:`latest_resources`) sends the statement even without writes, to check it."""
-        if not self.ops and not self.cached:
+        (:func:`latest_resources`) sends the statement even without writes, to check it; ``check``: also when it
+        only read rows (a unit starting its transaction locks and checks them)."""
+        if not self.ops and not self.cached and not (check and (self.guards or self.latest is not NO_GUARD)):
             return
         ops = self.ops
         seen, written, head, enqueue, pop = self.seen, self.written, self.head, self._enqueue, self._pop
@@ -701,7 +682,7 @@ class WriteBatch:
         backend = unit.backend
         optimistic_enqueue = enqueue is not None and unit.optimistic
 
-        def follow() -> Tuple[Optional[Dict[str, List[Any]]], Optional[Dict[str, Any]]]:
+        def follow() -> Tuple[Optional[Dict[str, CachedRollout]], Optional[Dict[str, Any]]]:
             """What the caches will hold now that the statement succeeded."""
             new_rollouts = None
             if optimistic_enqueue:
@@ -741,6 +722,6 @@ class WriteBatch:
             mirror = backend.queue_mirror
             for seq, value in zip(enqueue.seqs, enqueue.values, strict=True):
                 found = new_rollouts.get(value)
-                mirror.add(seq, [found, row[-1]] if found is not None else None)
+                mirror.add(seq, QueuedRollout(found, row[-1]) if found is not None else None)
         if after is not None:
             cache_rollouts(cache, after, row[-1])

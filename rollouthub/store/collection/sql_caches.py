@@ -15,6 +15,7 @@ is written never depends on them without that check.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from bisect import bisect_left, insort
 from typing import Any, Dict, Iterable, List, Literal, NamedTuple, Optional, Set, Tuple
@@ -24,7 +25,17 @@ from pydantic_core import from_json
 from .base import model_with
 from .sql_schema import TableSpec
 
-__all__ = ["QueueMirror", "merged", "follow_writes", "cache_rollouts", "CACHED_TABLES", "WRITTEN"]
+__all__ = [
+    "QueueMirror",
+    "CachedRollout",
+    "CachedResources",
+    "QueuedRollout",
+    "merged",
+    "follow_writes",
+    "cache_rollouts",
+    "CACHED_TABLES",
+    "WRITTEN",
+]
 
 CACHED_TABLES = ("rollouts", "attempts")
 """The tables whose deferred writes :func:`cache_rollouts` follows."""
@@ -44,6 +55,32 @@ def merged(spec: TableSpec, old: Any, row: Dict[str, Any]) -> Any:
             value = from_json(value)
         data[name] = value
     return spec.model.__pydantic_validator__.validate_python(data)
+
+
+@dataclasses.dataclass
+class CachedRollout:
+    """A rollout and its latest attempt as this process last read or wrote them, each with its row version (the
+    ``xmin`` system column, as text; :data:`WRITTEN` while the statement writing it is on its way)."""
+
+    rollout: Any
+    version: Any
+    latest: Optional[Any] = None
+    """The attempt with the highest ``sequence_id`` (``None``: the rollout has no attempt)."""
+    latest_version: Any = None
+
+
+class CachedResources(NamedTuple):
+    """The latest resources snapshot as last read (``resources is None``: there was none) and its row version."""
+
+    resources: Any
+    version: Optional[str]
+
+
+class QueuedRollout(NamedTuple):
+    """A queue entry's rollout as the appending unit inserted it, with its row version."""
+
+    rollout: Any
+    version: str
 
 
 WriteKind = Literal["insert", "update", "upsert", "delete"]
@@ -66,14 +103,13 @@ WRITTEN = object()
 statement's, known once it answered)."""
 
 
-def follow_writes(seen: Dict[str, List[Any]], written: List[WrittenRows]) -> Dict[str, List[Any]]:
-    """The rollouts an optimistic unit read (``seen``: ``rollout_id -> [rollout, version, latest attempt or None,
-    version]``) as they will be once its writes (``written``: :class:`WrittenRows`) are applied, the rows it
+def follow_writes(seen: Dict[str, CachedRollout], written: List[WrittenRows]) -> Dict[str, CachedRollout]:
+    """The rollouts an optimistic unit read (``seen``) as they will be once its writes (``written``: :class:`WrittenRows`) are applied, the rows it
     writes at version :data:`WRITTEN`: new entries, ``seen`` is left as it is. Pure, so that it can run while the
     write statement is on its way (its result decides whether :func:`cache_rollouts` keeps them). A write this cannot
     follow (an upsert, a delete, a rollout insert, unknown columns) leaves the rollout out. The latest attempt is the
     one with the highest ``sequence_id`` (the first inserted among equals), as the compound read reads it."""
-    after = {rollout_id: list(entry) for rollout_id, entry in seen.items()}
+    after = {rollout_id: dataclasses.replace(entry) for rollout_id, entry in seen.items()}
     for kind, spec, keys, rows in written:
         for key, row in zip(keys, rows or [None] * len(keys), strict=True):
             entry = after.get(key[0])
@@ -85,26 +121,26 @@ def follow_writes(seen: Dict[str, List[Any]], written: List[WrittenRows]) -> Dic
                 if kind == "insert":
                     del after[key[0]]
                 else:
-                    entry[0] = merged(spec, entry[0], row)
-                    entry[1] = WRITTEN
+                    entry.rollout = merged(spec, entry.rollout, row)
+                    entry.version = WRITTEN
             elif kind == "insert":
-                if entry[2] is None or row["sequence_id"] > entry[2].sequence_id:
-                    entry[2] = merged(spec, None, row)
-                    entry[3] = WRITTEN
-            elif entry[2] is not None and entry[2].attempt_id == key[1]:
-                entry[2] = merged(spec, entry[2], row)
-                entry[3] = WRITTEN
+                if entry.latest is None or row["sequence_id"] > entry.latest.sequence_id:
+                    entry.latest = merged(spec, None, row)
+                    entry.latest_version = WRITTEN
+            elif entry.latest is not None and entry.latest.attempt_id == key[1]:
+                entry.latest = merged(spec, entry.latest, row)
+                entry.latest_version = WRITTEN
     return after
 
 
-def cache_rollouts(cache: Dict[str, List[Any]], after: Dict[str, List[Any]], version: str) -> None:
+def cache_rollouts(cache: Dict[str, CachedRollout], after: Dict[str, CachedRollout], version: str) -> None:
     """After an optimistic unit's write statement succeeded: cache the rollouts :func:`follow_writes` followed
     (``after``), the rows written at the statement's version (``version``)."""
     for rollout_id, entry in after.items():
-        if entry[1] is WRITTEN:
-            entry[1] = version
-        if entry[3] is WRITTEN:
-            entry[3] = version
+        if entry.version is WRITTEN:
+            entry.version = version
+        if entry.latest_version is WRITTEN:
+            entry.latest_version = version
         cache.pop(rollout_id, None)
         cache[rollout_id] = entry
     while len(cache) > _ROLLOUT_CACHE_SIZE:
@@ -115,8 +151,8 @@ def cache_rollouts(cache: Dict[str, List[Any]], after: Dict[str, List[Any]], ver
 
 
 class QueueMirror:
-    """The queue entries this process appended (``seq -> [rollout, version]``; ``None`` for an entry whose rollout
-    the appending unit did not insert), in ``seq`` order, while they may still be queued.
+    """The queue entries this process appended (``seq -> QueuedRollout``; ``None`` for an entry whose rollout the
+    appending unit did not insert), in ``seq`` order, while they may still be queued.
 
     A claim takes the first one that no local claim is taking (:meth:`head`) without reading the queue, guarded by:
     the entry still exists (and is deleted by the claim's statement), no other entry is before it (but those local
@@ -126,14 +162,14 @@ class QueueMirror:
     again (:meth:`saw_head`). Safe to use from several threads (a store may be)."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self.entries: Dict[int, Optional[List[Any]]] = {}
+        self.entries: Dict[int, Optional[QueuedRollout]] = {}
         self.order: List[int] = []
         self.trusted = True
         self.limit = limit
         self.full = False  # entries were not recorded (over the limit): record none until the mirror is empty
         self._lock = threading.Lock()
 
-    def add(self, seq: int, entry: Optional[List[Any]]) -> None:
+    def add(self, seq: int, entry: Optional[QueuedRollout]) -> None:
         """Record an entry this process appended (committed)."""
         with self._lock:
             if self.full or len(self.entries) >= self.limit:
@@ -155,7 +191,7 @@ class QueueMirror:
         if not entries:
             self.full = False
 
-    def head(self, claiming: Set[int]) -> Optional[Tuple[int, Optional[List[Any]]]]:
+    def head(self, claiming: Set[int]) -> Optional[Tuple[int, Optional[QueuedRollout]]]:
         """The first entry no local claim is taking (when the mirror is trusted), or ``None``."""
         with self._lock:
             if not self.trusted:

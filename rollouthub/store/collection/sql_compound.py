@@ -11,10 +11,12 @@ Each is one statement -- or none, in an optimistic unit, when the process rememb
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, List, Optional
 
 from .base import PoppedRollout, RolloutAttempts
-from .sql_batch import LATEST_RESOURCES_ORDER, STATEMENTS, WriteBatch, quote
+from .sql_batch import LATEST_RESOURCES_ORDER, STATEMENTS, ClaimedHead, WriteBatch, quote
+from .sql_caches import CachedResources, CachedRollout
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -74,6 +76,8 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
     when the mirror is in sync with the queue: no statement at all; the write statement also checks that no other
     entry precedes it."""
     await batch.before_statement(unit, ("rollout_queue", "rollouts", "attempts"), False)
+    if not unit.optimistic:  # the unit had to start its transaction: pop in it
+        return await dequeue_rollouts(unit, rollouts, limit)
     backend = unit.backend
     claiming = backend.claiming
     mirror = backend.queue_mirror
@@ -83,9 +87,9 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
             seq, (rollout, version) = found[0], found[1]
             rollout_id = rollout.rollout_id
             batch.guard(rollouts, (rollout_id,), version)  # a rollout created by its enqueue: no attempt yet
-            batch.head = (seq, sorted(s for s in claiming if s < seq))
+            batch.head = ClaimedHead(seq, sorted(s for s in claiming if s < seq))
             batch.cached = True
-            batch.seen[rollout_id] = [rollout, version, None, None]
+            batch.seen[rollout_id] = CachedRollout(rollout, version)
             claiming.add(seq)
             unit.claims = [*(unit.claims or ()), seq]
             await batch.pop(unit, [seq])
@@ -117,7 +121,7 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
             batch.guard_rows(rollouts, [values])
             rollout = rollouts.from_row(values[:-1])
             if row[2] == 0:  # no attempt yet: the claim's own attempt will be the latest
-                batch.seen[row[1]] = [rollout, values[-1], None, None]
+                batch.seen[row[1]] = CachedRollout(rollout, values[-1])
         out.append(PoppedRollout(row[1], rollout, int(row[2])))
         seqs.append(seq)
     if seqs:
@@ -148,10 +152,14 @@ async def latest_resources(unit: Unit, resources: TableSpec) -> Optional[Any]:
                 f"SELECT {_select_list(resources)}, xmin::text FROM resources {LATEST_RESOURCES_ORDER}"
             )
         rows = await unit.fetch_sql(sql, [])
-        cached = (resources.from_row(tuple(rows[0])[:-1]), rows[0][-1]) if rows else (None, None)
+        cached = (
+            CachedResources(resources.from_row(tuple(rows[0])[:-1]), rows[0][-1])
+            if rows
+            else CachedResources(None, None)
+        )
         backend.latest_resources_cache = cached
-    batch.latest = cached[1]
-    return cached[0]
+    batch.latest = cached.version
+    return cached.resources
 
 
 async def get_rollout_and_attempts(
@@ -170,14 +178,16 @@ async def get_rollout_and_attempts(
     optimistic = unit.optimistic
     if optimistic and batch is not None:
         entry = unit.backend.rollout_cache.get(rollout_id)
-        if entry is not None and (attempt_id is None or (entry[2] is not None and entry[2].attempt_id == attempt_id)):
-            rollout, version, latest, latest_version = entry
-            batch.guard(rollouts, (rollout_id,), version)
+        if entry is not None and (
+            attempt_id is None or (entry.latest is not None and entry.latest.attempt_id == attempt_id)
+        ):
+            latest = entry.latest
+            batch.guard(rollouts, (rollout_id,), entry.version)
             if latest is not None:
-                batch.guard(attempts, (rollout_id, latest.attempt_id), latest_version)
-            batch.seen[rollout_id] = list(entry)
+                batch.guard(attempts, (rollout_id, latest.attempt_id), entry.latest_version)
+            batch.seen[rollout_id] = dataclasses.replace(entry)
             batch.cached = True
-            return RolloutAttempts(rollout, latest, latest if attempt_id is not None else None)
+            return RolloutAttempts(entry.rollout, latest, latest if attempt_id is not None else None)
     key = ("get_rollout_and_attempts", unit.for_update, optimistic)
     sql = STATEMENTS.get(key)
     if sql is None:
@@ -209,5 +219,6 @@ async def get_rollout_and_attempts(
         else:
             found.append(spec.from_row(values))
     if optimistic and batch is not None and found[0] is not None:
-        batch.seen[rollout_id] = [found[0], parts[0][-1], found[1], parts[1][-1] if found[1] is not None else None]
+        latest_version = parts[1][-1] if found[1] is not None else None
+        batch.seen[rollout_id] = CachedRollout(found[0], parts[0][-1], found[1], latest_version)
     return RolloutAttempts(found[0], found[1], found[2] if attempt_id is not None else None)

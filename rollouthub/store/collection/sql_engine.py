@@ -219,6 +219,21 @@ class Unit:
             raise
         self.pool, self.raw = pool, raw
 
+    async def start_transaction(self) -> None:
+        """An optimistic unit that needs a transaction from here on (a statement must run right away, or a row is
+        written twice): open it, then lock and check the rows the unit read so far, sending its pending writes in
+        the same statement (:meth:`~.sql_batch.WriteBatch.flush`). A row that changed since it was read raises
+        :class:`~.sql_batch.GuardConflict` (nothing written; ``execute()`` runs the unit again in a transaction)."""
+        batch = self.batch
+        assert batch is not None and self.optimistic
+        raw = await self.driver()
+        self.optimistic = False
+        self.for_update = True
+        tx = raw.transaction(isolation="repeatable_read")
+        await tx.start()
+        self._pg_tx = tx
+        await batch.flush(self, check=True)
+
     def _release_lock(self) -> None:
         lock, self._write_lock = self._write_lock, None
         if lock is not None:

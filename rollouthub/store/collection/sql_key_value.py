@@ -17,7 +17,6 @@ from .base import (
     ensure_numeric,
     tracked,
 )
-from .sql_batch import NeedsTransaction
 from .sql_engine import Unit
 from .sql_filters import bp
 from .sql_primitives import SqlPrimitive, fetch_scalar
@@ -96,7 +95,9 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
             pg = self._backend.dialect == "postgresql"
             deferring = self._deferring()
             if op == "inc" and deferring is not None and deferring.optimistic:
-                return await self._optimistic_inc(deferring, str(key), amount)
+                value = await self._optimistic_inc(deferring, str(key), amount)
+                if value is not None:
+                    return value
 
             def build() -> Any:
                 ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
@@ -133,11 +134,11 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
         async with self._backend._unit_scope(write=True, snapshot=False, commit=True) as own:
             return await slow(own)
 
-    async def _optimistic_inc(self, unit: Unit, key: str, amount: int) -> int:
+    async def _optimistic_inc(self, unit: Unit, key: str, amount: int) -> Optional[int]:
         """``inc`` in an optimistic unit: read the counter with its version, defer the write of ``value + amount``
         guarded by that version (a concurrent bump re-runs the unit); a missing counter is created by the deferred
-        writes (a concurrent creation re-runs the unit). A non-integer value needs a transaction
-        (:class:`~.sql_batch.NeedsTransaction`, not remembered: it concerns this key only)."""
+        writes (a concurrent creation re-runs the unit). A non-integer value needs a transaction: the unit starts it
+        and ``None`` says to take the transactional path."""
         batch = unit.batch
         assert batch is not None
         await batch.before_statement(unit, (self._table_name,), False)
@@ -151,7 +152,8 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
             await batch.set_counter(unit, key, amount, None)
             return amount
         if rows[0][0] is None:
-            raise NeedsTransaction(remember=False)
+            await unit.start_transaction()
+            return None
         value = int(rows[0][0]) + amount
         await batch.set_counter(unit, key, value, rows[0][1])
         return value

@@ -43,7 +43,7 @@ from .base import (
     resolve_sort,
     tracked,
 )
-from .sql_batch import PENDING, PG_ARRAY
+from .sql_batch import PG_ARRAY
 from .sql_engine import ACTIVE_UNIT, StatementCache, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
 from .sql_schema import TableSpec
@@ -541,12 +541,20 @@ class SqlCollection(SqlPrimitive, Collection[T]):
 
     @tracked("update")
     async def update(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:
-        """``UPDATE`` by primary key (all fields, or only ``update_fields``); returns the stored items."""
+        """``UPDATE`` by primary key (all fields, or only ``update_fields``); returns the stored items (read back
+        with ``RETURNING`` when only some fields are written)."""
+        return await self._update(items, update_fields, update_fields is not None)
+
+    @tracked("write_update")
+    async def write_update(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> None:
+        """:meth:`update` without reading the stored items back (deferred in PostgreSQL fast-path units)."""
+        await self._update(items, update_fields, False)
+
+    async def _update(self, items: Sequence[T], update_fields: Optional[Sequence[str]], returning: bool) -> Sequence[T]:
         self._check_items(items)
         self._wrote(items)
         spec = self._spec
         names = self._set_names(update_fields)
-        returning = update_fields is not None
         t = spec.table
 
         def build() -> Any:
@@ -554,12 +562,12 @@ class SqlCollection(SqlPrimitive, Collection[T]):
             stmt = sa.update(t).where(self._pk_where()).values(sets)
             return stmt.returning(*spec.columns) if returning else stmt
 
-        deferring = self._deferring()
+        deferring = None if returning else self._deferring()
         if deferring is not None:
             keys = [self._pk_values(item) for item in items]
             rows = [spec.to_row(item, names) for item in items]
             if await deferring.batch.update(deferring, spec, names, keys, rows):  # type: ignore[union-attr]
-                return PENDING if returning else list(items)
+                return list(items)
         stmt = self._stmt(("update", spec.name, names, returning), build)
 
         async def run(unit: Unit) -> Sequence[T]:
@@ -584,12 +592,20 @@ class SqlCollection(SqlPrimitive, Collection[T]):
 
     @tracked("upsert")
     async def upsert(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> Sequence[T]:
-        """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``; ``update_fields=[]`` is get-or-insert."""
+        """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``; ``update_fields=[]`` is get-or-insert. Returns the
+        stored items (read back when only some fields are written)."""
+        return await self._upsert(items, update_fields, update_fields is not None)
+
+    @tracked("write_upsert")
+    async def write_upsert(self, items: Sequence[T], update_fields: Optional[Sequence[str]] = None) -> None:
+        """:meth:`upsert` without reading the stored items back (deferred in PostgreSQL fast-path units)."""
+        await self._upsert(items, update_fields, False)
+
+    async def _upsert(self, items: Sequence[T], update_fields: Optional[Sequence[str]], returning: bool) -> Sequence[T]:
         self._check_items(items)
         self._wrote(items)
         spec = self._spec
         names = self._set_names(update_fields)
-        returning = update_fields is not None
         t = spec.table
 
         def build() -> Any:
@@ -599,12 +615,12 @@ class SqlCollection(SqlPrimitive, Collection[T]):
             stmt = ins.on_conflict_do_update(index_elements=list(spec.primary_keys), set_=sets)
             return stmt.returning(*spec.columns) if returning else stmt
 
-        deferring = self._deferring()
+        deferring = None if returning else self._deferring()
         if deferring is not None:
             keys = [self._pk_values(item) for item in items]
             rows = [spec.to_row(item) for item in items]
             if await deferring.batch.upsert(deferring, spec, names, keys, rows):  # type: ignore[union-attr]
-                return PENDING if returning else list(items)
+                return list(items)
         stmt = self._stmt(("upsert", spec.name, names, returning), build)
 
         async def run(unit: Unit) -> Sequence[T]:

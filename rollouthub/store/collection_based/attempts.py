@@ -89,7 +89,7 @@ class AttemptsMixin(StoreCore[T_collections]):
         attempt = target
         if fields:
             attempt = Attempt.model_validate({**target.__dict__, **fields})
-            await c.attempts.update([attempt], update_fields=list(fields))
+            await c.attempts.write_update([attempt], update_fields=list(fields))
         if attempt.attempt_id != latest.attempt_id:
             return attempt, None
         new_status = derive_rollout_status(attempt.status, attempt.sequence_id, rollout.config)

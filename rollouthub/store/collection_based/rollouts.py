@@ -273,7 +273,7 @@ class RolloutsMixin(StoreCore[T_collections]):
             updated.append(rollout.model_copy(update={"status": "preparing"}))
         if attempts:
             await c.attempts.insert(attempts)
-            await c.rollouts.update(updated, update_fields=["status"])
+            await c.rollouts.write_update(updated, update_fields=["status"])
         return [_attach(r, a) for r, a in zip(updated, attempts, strict=False)]
 
     @tracked("start_attempt")
@@ -296,7 +296,7 @@ class RolloutsMixin(StoreCore[T_collections]):
             )
             await c.attempts.insert([attempt])
             updated = rollout.model_copy(update={"status": "preparing"})
-            await c.rollouts.update([updated], update_fields=["status"])
+            await c.rollouts.write_update([updated], update_fields=["status"])
             await self._unlocked_sync_workers_with_attempts(c, [attempt])
             return _attach(updated, attempt)
 
@@ -418,7 +418,7 @@ class RolloutsMixin(StoreCore[T_collections]):
         if not updates:
             return rollout
         new_rollout = Rollout.model_validate({**rollout.__dict__, **updates})
-        await c.rollouts.update([new_rollout], update_fields=list(updates))
+        await c.rollouts.write_update([new_rollout], update_fields=list(updates))
         if "status" in updates and new_rollout.status in ROLLOUT_QUEUING_STATUSES:
             if not await c.rollout_queue.has(new_rollout.rollout_id):
                 await c.rollout_queue.enqueue([new_rollout.rollout_id])

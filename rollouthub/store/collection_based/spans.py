@@ -276,7 +276,7 @@ class SpansMixin(StoreCore[T_collections]):
         updated = attempt.model_copy(
             update={"last_heartbeat_time": time.time(), "status": heartbeat_attempt_status(attempt.status)}
         )
-        await c.attempts.update([updated], update_fields=["last_heartbeat_time", "status"])
+        await c.attempts.write_update([updated], update_fields=["last_heartbeat_time", "status"])
         if not heartbeat_promotes_rollout(rollout.status):
             return None
         if latest is None:
@@ -284,7 +284,7 @@ class SpansMixin(StoreCore[T_collections]):
         if latest is None or latest.attempt_id != attempt_id:
             return None
         promoted = rollout.model_copy(update={"status": "running"})
-        await c.rollouts.update([promoted], update_fields=["status"])
+        await c.rollouts.write_update([promoted], update_fields=["status"])
         return promoted
 
     @tracked("query_spans")

@@ -91,7 +91,7 @@ class WorkersMixin(StoreCore[T_collections]):
             if not attempt.worker_id:
                 continue
             values = worker_fields_for_attempt(attempt, now, dequeue)
-            await c.workers.upsert([Worker(worker_id=attempt.worker_id, **values)], update_fields=list(values))
+            await c.workers.write_upsert([Worker(worker_id=attempt.worker_id, **values)], update_fields=list(values))
 
     @tracked("_sync_workers_with_attempts")
     async def _sync_workers_with_attempts(self, attempts: Sequence[Attempt], dequeue: bool = False) -> None:
@@ -105,7 +105,7 @@ class WorkersMixin(StoreCore[T_collections]):
         """Inside a unit: the empty-dequeue rule of the worker status machine."""
         existing = await c.workers.get(filter={"worker_id": {"exact": worker_id}})
         values = worker_fields_for_empty_dequeue(existing, time.time())
-        await c.workers.upsert([Worker(worker_id=worker_id, **values)], update_fields=list(values))
+        await c.workers.write_upsert([Worker(worker_id=worker_id, **values)], update_fields=list(values))
 
     @tracked("_dequeue_mark_worker_idle")
     async def _dequeue_mark_worker_idle(self, worker_id: str) -> None:
