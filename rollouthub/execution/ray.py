@@ -275,7 +275,12 @@ class _Run:
             actor = remote_class.options(**options).remote(self.runner, i, store_url, log_level)
             self.actors.append(actor)
             self.followed.add(i)
-        logger.info("Started %d Ray runner actor(s) %s-runner-* using the store at %s.", len(self.actors), self.prefix, store_url)
+        logger.info(
+            "Started %d Ray runner actor(s) %s-runner-* using the store at %s.",
+            len(self.actors),
+            self.prefix,
+            store_url,
+        )
         self.monitor = threading.Thread(target=self._monitor, name=f"{self.prefix}-monitor", daemon=True)
         self.monitor.start()
 
@@ -393,4 +398,3 @@ class _Run:
 def _url_host(host: str) -> str:
     """``host`` as it goes in a URL (IPv6 addresses in brackets)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
-

@@ -51,9 +51,7 @@ class RunnerActor:
         self._event = ThreadingEvent()
         self._finished = threading.Event()
         self._error: Optional[str] = None
-        self._thread = threading.Thread(
-            target=self._main, args=(runner,), name=f"runner-{worker_id}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._main, args=(runner,), name=f"runner-{worker_id}", daemon=True)
         self._thread.start()
 
     def __repr__(self) -> str:

@@ -1,6 +1,6 @@
 """Ray tests: they need the ``ray`` extra and run in the ray leg of ``.ci/run``.
 
-Without Ray they are skipped (the main leg has no Ray); with ``ROLLOUTHUB_TEST_REQUIRE_RAY=1`` (the ray leg) a
+Without Ray they are skipped by ``pytest.importorskip`` at the top of each module (the main leg has no Ray); with ``ROLLOUTHUB_TEST_REQUIRE_RAY=1`` (the ray leg) a
 missing Ray fails at import instead. Every test here carries the ``ray`` marker.
 
 Test clusters are started with Ray's token authentication turned off explicitly (``RAY_AUTH_MODE=disabled``): they
@@ -16,10 +16,11 @@ from typing import Any, Iterator, List
 
 import pytest
 
+SKIP_REASON = "the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')"
+"""Each test module starts with ``pytest.importorskip("ray", reason=SKIP_REASON)`` (a conftest may not skip)."""
+
 if os.environ.get("ROLLOUTHUB_TEST_REQUIRE_RAY") == "1":
     import ray  # noqa: F401  - the ray leg must not skip: fail here when Ray cannot be imported
-else:
-    pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -9,12 +9,16 @@ import sys
 import textwrap
 from typing import Any, Dict
 
-from ray import cloudpickle
+import pytest
 
 import rollouthub as agl
 from rollouthub.algorithm.fast import Baseline
 from rollouthub.execution.ray import MISSING_RAY_MESSAGE, RayExecutionStrategy
 from rollouthub.tracer import OtelTracer
+
+cloudpickle = pytest.importorskip(
+    "ray.cloudpickle", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')"
+)
 
 
 def test_runner_bundle_of_a_default_trainer_pickles() -> None:

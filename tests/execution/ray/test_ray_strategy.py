@@ -16,6 +16,8 @@ from rollouthub.execution.ray import RayExecutionStrategy
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.types import RolloutConfig
 
+pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
+
 pytestmark = pytest.mark.timeout(300)
 
 PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
