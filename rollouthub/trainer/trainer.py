@@ -42,7 +42,7 @@ class Trainer:
         initial_resources: resources handed to the algorithm (e.g. the seed prompt).
         tracer: default ``AgentOpsTracer(agentops_managed=True, instrument_managed=True, daemon=daemon)``.
         adapter: default ``TracerTraceToTriplet()``; a dict without ``type`` configures that class.
-        store: default ``InMemoryLightningStore`` (thread-safe when the strategy is client-server).
+        store: default ``InMemoryLightningStore`` (thread-safe when the strategy is client-server or ray).
         runner: default ``LitAgentRunner(tracer=..., max_rollouts=...)``.
         strategy: default ``ClientServerExecutionStrategy(n_runners=..., server_port=port)``; aliases ``"shm"`` and
             ``"cs"``.
@@ -227,10 +227,12 @@ class Trainer:
 
     def _make_store(self, spec: ComponentSpec) -> LightningStore:
         from rollouthub.execution.client_server import ClientServerExecutionStrategy
+        from rollouthub.execution.ray import RayExecutionStrategy
         from rollouthub.store.memory import InMemoryLightningStore
 
         def default() -> LightningStore:
-            thread_safe = isinstance(self.strategy, ClientServerExecutionStrategy)
+            # Strategies that serve the store over HTTP from a server thread need a thread-safe one.
+            thread_safe = isinstance(self.strategy, (ClientServerExecutionStrategy, RayExecutionStrategy))
             return InMemoryLightningStore(thread_safe=thread_safe)
 
         store = build_component(spec, expected_type=LightningStore, spec_name="store", default_factory=default)
