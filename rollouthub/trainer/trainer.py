@@ -150,10 +150,12 @@ class Trainer:
     def __getstate__(self) -> Dict[str, Any]:
         """A copy of the trainer (the runner bundle sent to a runner on another machine, e.g. by the ``ray``
         strategy) leaves behind what lives in this process: its store (the copy's runners use the store the
-        strategy gives them) and its LLM proxy (served here; runners reach it by address)."""
+        strategy gives them), its LLM proxy (served here; runners reach it by address) and its algorithm (it runs
+        here; it may hold models or clients that have no business in a runner)."""
         state = self.__dict__.copy()
         state["store"] = None
         state["llm_proxy"] = None
+        state["algorithm"] = None
         return state
 
     # -- deprecated aliases -----------------------------------------------------------------------------------------
@@ -340,6 +342,8 @@ class Trainer:
         """Initialise a runner worker, iterate over the queue until stopped, then tear it down."""
         from rollouthub.execution.shared_memory import SharedMemoryExecutionStrategy
 
+        # A runner in another process (e.g. a Ray actor) gets copies of the agent and the trainer: reattach them.
+        agent.set_trainer(self)
         runner = self.runner
         if isinstance(self.strategy, SharedMemoryExecutionStrategy) and self.strategy.n_runners > 1 and worker_id > 0:
             runner = self._fresh_runner()
