@@ -20,6 +20,8 @@ pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (
 
 pytestmark = pytest.mark.timeout(300)
 
+ACTIVE = ("preparing", "running")  # an attempt is "preparing" until its first span
+
 PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
 
 
@@ -30,7 +32,7 @@ def quick_agent(task: Dict[str, Any], prompt_template: agl.PromptTemplate) -> fl
 
 @agl.rollout
 def slow_agent(task: Dict[str, Any], prompt_template: agl.PromptTemplate) -> float:
-    time.sleep(0.5)
+    time.sleep(1.0)  # long enough for the test to kill a runner in the middle of one
     return 1.0
 
 
@@ -131,7 +133,7 @@ def test_killed_runner_actor_is_restarted_and_every_rollout_ends_per_its_retry_c
         ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
         # Wait until a runner is executing a rollout, then kill its actor (Ray restarts it: no_restart=False).
         deadline = time.monotonic() + 60
-        while not (running := [a for a in await all_attempts(store, ids) if a.status == "running" and a.worker_id]):
+        while not (running := [a for a in await all_attempts(store, ids) if a.status in ACTIVE and a.worker_id]):
             assert time.monotonic() < deadline, "no runner started a rollout"
             await asyncio.sleep(0.05)
         name = actor_names(strategy)[int(running[0].worker_id.split("-")[-1])]
