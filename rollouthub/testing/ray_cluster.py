@@ -273,7 +273,14 @@ def _start_node(
     argv += ["--dashboard-agent-grpc-port", str(_free_port(bind))]
     argv += ["--metrics-export-port", str(_free_port(bind)), "--runtime-env-agent-port", str(_free_port(bind))]
     if head_address is None:
-        argv += ["--head", "--include-dashboard=false", "--port", str(_free_port(ip)), "--ray-client-server-port", str(_free_port(ip))]
+        argv += [
+            "--head",
+            "--include-dashboard=false",
+            "--port",
+            str(_free_port(ip)),
+            "--ray-client-server-port",
+            str(_free_port(ip)),
+        ]
     else:
         argv += ["--address", head_address]
     log = (root / f"{name}.log").open("wb")
