@@ -242,6 +242,10 @@ class RayCluster:
             raise IndexError(f"no node {index}: the cluster has nodes 0..{len(self._processes) - 1}")
         _kill_node(self._processes[index], graceful_timeout=0)
 
+    def node_pids(self, index: int) -> List[int]:
+        """The process ids of every live process of node ``index`` (its ``ray start``, raylet, agents, workers...)."""
+        return _node_pids(self._processes[index])
+
     def node_running(self, index: int) -> bool:
         """Whether the ``ray start`` process of node ``index`` is still running (it is not after :meth:`kill_node`)."""
         return self._processes[index].proc.poll() is None
