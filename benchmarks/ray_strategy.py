@@ -34,6 +34,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -186,7 +187,11 @@ class MeasuredRun(Algorithm):
     async def run(self, train_dataset: Any = None, val_dataset: Any = None) -> None:  # type: ignore[override]
         """Run the measured window."""
         assert self.probe is not None
-        self.window = await measure(self.get_store(), self.count, self.n_runners, self.probe, self.timeout)
+        store = self.get_store()
+        initial = self.get_initial_resources()
+        if initial is not None:
+            await store.add_resources(initial)
+        self.window = await measure(store, self.count, self.n_runners, self.probe, self.timeout)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -310,6 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sleep", type=float, default=0.05, help="agent sleep per rollout (seconds)")
     parser.add_argument("--cpus-per-runner", type=float, default=0.1, help="Ray CPUs reserved per runner actor")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a run may take")
+    parser.add_argument("--modes", nargs="+", choices=["cs", "ray"], default=["cs", "ray"], help="strategies to run")
     parser.add_argument("--json-out", type=Path, default=None, help="append every run's figures as JSON lines")
     args = parser.parse_args(argv)
     if any(n < 1 for n in args.runners) or args.rounds < 1 or args.rollouts < 1:
@@ -318,29 +324,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from rollouthub.testing.ray_cluster import ray_cluster, ray_cluster_unavailable_reason
 
-    reason = ray_cluster_unavailable_reason(use_namespaces=False)
+    reason = ray_cluster_unavailable_reason(use_namespaces=False) if "ray" in args.modes else None
     if reason is not None:
         print(f"error: {reason}", file=sys.stderr)
         return 2
-    import ray
-
     cpus = max(2, math.ceil(max(args.runners) * args.cpus_per_runner) + 1)
     results: List[Result] = []
-    with ray_cluster(n_worker_nodes=0, cpus_per_node=cpus, use_namespaces=False) as cluster:
-        ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
-        try:
-            for n in args.runners:
-                for round_index in range(args.rounds):
-                    order = ("cs", "ray") if round_index % 2 == 0 else ("ray", "cs")
-                    for mode in order:
-                        result = run_once(mode, n, round_index, args, cluster)
-                        results.append(result)
-                        print(json.dumps(asdict(result)), file=sys.stderr, flush=True)
-                        if args.json_out is not None:
-                            with args.json_out.open("a") as fh:
-                                fh.write(json.dumps(asdict(result)) + "\n")
-        finally:
-            ray.shutdown()
+    with ExitStack() as stack:
+        cluster = None
+        if "ray" in args.modes:
+            import ray
+
+            cluster = stack.enter_context(ray_cluster(n_worker_nodes=0, cpus_per_node=cpus, use_namespaces=False))
+            ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+            stack.callback(ray.shutdown)
+        for n in args.runners:
+            for round_index in range(args.rounds):
+                modes = [m for m in ("cs", "ray") if m in args.modes]
+                for mode in modes if round_index % 2 == 0 else reversed(modes):
+                    result = run_once(mode, n, round_index, args, cluster)
+                    results.append(result)
+                    print(json.dumps(asdict(result)), file=sys.stderr, flush=True)
+                    if args.json_out is not None:
+                        with args.json_out.open("a") as fh:
+                            fh.write(json.dumps(asdict(result)) + "\n")
     print(
         f"\n{args.rollouts} rollouts per run, {args.spans} spans each, agent sleep {args.sleep}s, "
         f"{os.cpu_count()} CPUs; medians of {args.rounds} interleaved round(s)"
