@@ -13,10 +13,15 @@ __all__ = [
     "resolve_str_env_var",
     "resolve_api_token",
     "API_TOKEN_ENV",
+    "RUNNER_NODE_ENV",
 ]
 
 API_TOKEN_ENV = "ROLLOUTHUB_API_TOKEN"
 """Bearer token shared by the store server (``rollouthub store``), the client and the OTLP exporter."""
+
+RUNNER_NODE_ENV = "ROLLOUTHUB_RUNNER_NODE"
+"""The machine a runner runs on (e.g. its Ray node's IP address); runners report it in their heartbeats as
+``heartbeat_stats["node"]``. Set by the ``ray`` strategy in each runner actor; unset elsewhere."""
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

@@ -52,8 +52,11 @@ class FunctionalLitAgent(LitAgent[T]):
         return self._is_async
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Union[str, Tuple[Any, ...]]:
-        """Pickle a module-level decorated agent by reference (its name resolves to this very object)."""
-        module = sys.modules.get(getattr(self, "__module__", "") or "")
+        """Pickle a module-level decorated agent by reference (its name resolves to this very object), except in
+        ``__main__``: another process's ``__main__`` is another module (a Ray worker's is Ray's own script), so the
+        agent travels by value there (cloudpickle carries the function itself)."""
+        module_name = getattr(self, "__module__", "") or ""
+        module = sys.modules.get(module_name) if module_name != "__main__" else None
         target: Any = module
         for part in str(getattr(self, "__qualname__", "")).split("."):
             target = getattr(target, part, None)

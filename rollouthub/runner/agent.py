@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, cast
 
+from rollouthub.env_var import RUNNER_NODE_ENV
 from rollouthub.store.base import sleep_unless_abandoned
 from rollouthub.tracer.base import Tracer
 from rollouthub.types import AttemptedRollout, NamedResources, Rollout, RolloutMode, Span, SpanCoreFields, TaskInput
@@ -415,7 +417,11 @@ class LitAgentRunner(Runner[T_task]):
     def _heartbeat_stats(self, snapshot: Optional[Dict[str, Any]], **extra: Any) -> Dict[str, Any]:
         """What a heartbeat carries: the system snapshot, ``heartbeat_interval`` (seconds, so a reader knows when a
         heartbeat is overdue) and ``extra`` (``runner_state="stopped"`` in the last one)."""
-        return {**(snapshot or {}), "heartbeat_interval": self._heartbeat_interval, **extra}
+        stats: Dict[str, Any] = {**(snapshot or {}), "heartbeat_interval": self._heartbeat_interval}
+        node = os.environ.get(RUNNER_NODE_ENV)
+        if node:  # the machine the runner runs on, when its execution strategy says (the ray strategy does)
+            stats["node"] = node
+        return {**stats, **extra}
 
     async def _send_stopped_heartbeat(
         self, store: LightningStore, worker_id: str, snapshot: Optional[Dict[str, Any]]

@@ -393,6 +393,28 @@ class OtelTracer(Tracer):
         self._holds_openai_instrumentation = False
         self._otel_tracers: Dict[str, Tuple[TracerProvider, trace_api.Tracer]] = {}
 
+    # ------------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """The configuration only: a copy (e.g. sent to a runner on another machine) starts uninitialised, without
+        this process's provider, lock, store or instrumentation hold."""
+        state = self.__dict__.copy()
+        del state["_provider_lock"]
+        state.update(
+            worker_id=None,
+            _store=None,
+            _tracer_provider=None,
+            _lightning_span_processor=None,
+            _holds_openai_instrumentation=False,
+            _otel_tracers={},
+        )
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        """Restore the configuration and give the copy its own lock."""
+        self.__dict__.update(state)
+        self._provider_lock = threading.Lock()
+
     # ------------------------------------------------------------------ lifecycle
 
     def init_worker(self, worker_id: int, store: Optional[LightningStore] = None) -> None:  # type: ignore[override]

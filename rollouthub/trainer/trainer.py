@@ -145,6 +145,17 @@ class Trainer:
         else:
             self.hooks = (hooks,)
 
+    # -- pickling ---------------------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """A copy of the trainer (the runner bundle sent to a runner on another machine, e.g. by the ``ray``
+        strategy) leaves behind what lives in this process: its store (the copy's runners use the store the
+        strategy gives them) and its LLM proxy (served here; runners reach it by address)."""
+        state = self.__dict__.copy()
+        state["store"] = None
+        state["llm_proxy"] = None
+        return state
+
     # -- deprecated aliases -----------------------------------------------------------------------------------------
 
     @property

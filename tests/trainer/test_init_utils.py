@@ -79,7 +79,7 @@ def test_build_component_resolution_table() -> None:
 
 
 def test_strategy_registry_aliases() -> None:
-    assert set(ExecutionStrategyRegistry) == {"shm", "cs"}
+    assert set(ExecutionStrategyRegistry) == {"shm", "cs", "ray"}
     shm = build_component(
         "shm",
         expected_type=ExecutionStrategy,

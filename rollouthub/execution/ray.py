@@ -1,0 +1,400 @@
+"""``RayExecutionStrategy``: the algorithm in the driver, the runners as Ray actors across a cluster.
+
+The runners talk HTTP to a store server exactly as in the client-server strategy (spans go over OTLP/HTTP, never
+through Ray's object store): either a server the strategy starts around the given store in the driver, or existing
+``rollouthub store`` servers given by ``store_url``. Ray places the runner actors (spread across nodes, or packed in a
+placement group), restarts them when they die, and forwards their logs to the driver. See ``docs/ray.md``.
+
+Ray is the ``ray`` extra; it is imported only when the strategy runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Dict, List, Literal, Optional
+
+from rollouthub.env_var import API_TOKEN_ENV, resolve_api_token
+from rollouthub.store.base import LightningStore
+from rollouthub.utils.process_lifetime import quiet_interrupted_tasks
+
+from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
+from .events import ThreadingEvent
+from .ray_actors import RunnerActor
+
+__all__ = ["RayExecutionStrategy", "MISSING_RAY_MESSAGE"]
+
+logger = logging.getLogger(__name__)
+
+MISSING_RAY_MESSAGE = "the 'ray' strategy needs the ray extra: pip install 'rollouthub[ray]'"
+"""The one-line error when Ray is not installed."""
+
+Placement = Literal["spread", "pack"]
+
+MONITOR_INTERVAL_SECONDS = 1.0
+"""How often the driver asks the runner actors how they are."""
+
+
+def _import_ray() -> Any:
+    """``import ray``, or an ``ImportError`` with :data:`MISSING_RAY_MESSAGE`."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(MISSING_RAY_MESSAGE) from None
+    return ray
+
+
+class RayExecutionStrategy(ExecutionStrategy):
+    """Run the algorithm in the calling process (the Ray driver) and ``n_runners`` runners as Ray actors.
+
+    Args:
+        address: the Ray cluster (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``); ``None`` starts a local one
+            (unless Ray is already initialised in this process, in which case that cluster is used).
+        n_runners: number of runner actors (worker ids ``0..n-1``).
+        num_cpus_per_runner: CPUs reserved by each runner actor.
+        num_gpus_per_runner: GPUs reserved by each runner actor.
+        resources_per_runner: custom Ray resources reserved by each runner actor.
+        placement: ``"spread"`` (Ray's ``SPREAD`` scheduling: runners across nodes) or ``"pack"`` (a ``PACK``
+            placement group with one bundle per runner, removed at the end).
+        store_url: the URL of an existing ``rollouthub store`` server (e.g. on PostgreSQL); the runners and the
+            algorithm use a client to it and the store given to :meth:`execute` is not used. ``None``: the strategy
+            serves the given store from the driver, like the client-server strategy.
+        server_host: bind host of that server (default ``"0.0.0.0"``).
+        advertise_host: the address runners use to reach the driver's store server (default: the driver's Ray
+            node IP address).
+        server_port: port of that server (``None``: a free port).
+        max_restarts: how many times Ray restarts a runner actor that died.
+        runtime_env: Ray runtime environment of the runner actors (the strategy adds its environment variables).
+        ray_init_kwargs: extra keyword arguments of ``ray.init`` (when the strategy initialises Ray).
+        graceful_timeout: seconds the runners get to finish after they are asked to stop, before they are killed.
+        namespace: the Ray namespace of the actors (and of the driver, when the strategy initialises Ray).
+        start_timeout: seconds to wait for the runners' placement (the per-node log line) and for a placement group.
+    """
+
+    alias: str = "ray"
+
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        n_runners: int = 1,
+        num_cpus_per_runner: float = 1,
+        num_gpus_per_runner: float = 0,
+        resources_per_runner: Optional[Dict[str, float]] = None,
+        placement: Placement = "spread",
+        store_url: Optional[str] = None,
+        server_host: Optional[str] = None,
+        advertise_host: Optional[str] = None,
+        server_port: Optional[int] = None,
+        max_restarts: int = 3,
+        runtime_env: Optional[Dict[str, Any]] = None,
+        ray_init_kwargs: Optional[Dict[str, Any]] = None,
+        graceful_timeout: float = 10.0,
+        namespace: str = "rollouthub",
+        start_timeout: float = 120.0,
+    ) -> None:
+        if n_runners < 1:
+            raise ValueError(f"n_runners must be at least 1, got {n_runners}.")
+        if placement not in ("spread", "pack"):
+            raise ValueError(f"placement must be 'spread' or 'pack', got {placement!r}.")
+        if num_cpus_per_runner < 0 or num_gpus_per_runner < 0:
+            raise ValueError("num_cpus_per_runner and num_gpus_per_runner must not be negative.")
+        if max_restarts < -1:
+            raise ValueError(f"max_restarts must be -1 (unlimited) or more, got {max_restarts}.")
+        self.address = address
+        self.n_runners = n_runners
+        self.num_cpus_per_runner = num_cpus_per_runner
+        self.num_gpus_per_runner = num_gpus_per_runner
+        self.resources_per_runner = dict(resources_per_runner or {})
+        self.placement: Placement = placement
+        self.store_url = store_url.rstrip("/") if store_url else None
+        self.server_host = server_host or "0.0.0.0"
+        self.advertise_host = advertise_host
+        self.server_port = server_port
+        self.max_restarts = max_restarts
+        self.runtime_env = dict(runtime_env or {})
+        self.ray_init_kwargs = dict(ray_init_kwargs or {})
+        self.graceful_timeout = graceful_timeout
+        self.namespace = namespace
+        self.start_timeout = start_timeout
+        self.run_id: Optional[str] = None
+        """The id of the last run; its actors are named ``rollouthub-<run_id>-runner-<i>``."""
+
+    def __repr__(self) -> str:
+        store = f"store_url={self.store_url!r}" if self.store_url else f"server={self.server_host}:{self.server_port}"
+        return (
+            f"RayExecutionStrategy(address={self.address!r}, n_runners={self.n_runners}, "
+            f"placement={self.placement!r}, {store})"
+        )
+
+    def actor_prefix(self, run_id: str) -> str:
+        """The name prefix of a run's actors (and placement group)."""
+        return f"rollouthub-{run_id}"
+
+    # -- execute ------------------------------------------------------------------------------------------------------
+
+    def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
+        """Start the runner actors, run the algorithm here, then stop and remove every actor this run created."""
+        ray = _import_ray()
+        self.interrupted = None
+        started_ray = False
+        if not ray.is_initialized():
+            ray.init(address=self.address, namespace=self.namespace, **self.ray_init_kwargs)
+            started_ray = True
+        run = _Run(self, ray, runner, store)
+        error: Optional[BaseException] = None
+        try:
+            logger.info("Executing with %r (run %s).", self, run.run_id)
+            asyncio.run(run.main(algorithm))
+        except KeyboardInterrupt as exc:
+            logger.warning("KeyboardInterrupt received; stopping the Ray runners...")
+            self.interrupted = exc
+        except BaseException as exc:
+            error = exc
+        finally:
+            run.remove_everything()
+            if started_ray:
+                ray.shutdown()
+        if error is not None:
+            raise error
+
+
+class _Run:
+    """The state of one :meth:`RayExecutionStrategy.execute`: actors, placement group, server, monitor."""
+
+    def __init__(self, strategy: RayExecutionStrategy, ray: Any, runner: RunnerBundle, store: LightningStore) -> None:
+        self.strategy = strategy
+        self.ray = ray
+        self.runner = runner
+        self.store = store
+        self.run_id = uuid.uuid4().hex[:8]
+        strategy.run_id = self.run_id
+        self.prefix = strategy.actor_prefix(self.run_id)
+        self.actors: List[Any] = []
+        self.followed: set[int] = set()  # worker ids of the runners not known to have ended
+        self.placement_group: Optional[Any] = None
+        self.stopping = threading.Event()
+        self.event = ThreadingEvent()
+        self.monitor: Optional[threading.Thread] = None
+
+    # -- the driver side ----------------------------------------------------------------------------------------------
+
+    async def main(self, algorithm: AlgorithmBundle) -> None:
+        """Serve the store (unless ``store_url``), start the runners, run the algorithm, stop the runners."""
+        quiet_interrupted_tasks(asyncio.get_running_loop())
+        strategy = self.strategy
+        server: Optional[Any] = None
+        client: Optional[Any] = None
+        token = resolve_api_token()
+        try:
+            if strategy.store_url is not None:
+                from rollouthub.store.client import LightningStoreClient
+
+                url = strategy.store_url
+                client = LightningStoreClient(url)
+                algorithm_store: LightningStore = client
+            else:
+                from rollouthub.store.server import LightningStoreServer
+                from rollouthub.utils.server_launcher import pick_free_port
+
+                port = strategy.server_port or pick_free_port(strategy.server_host)
+                server = LightningStoreServer(self.store, host=strategy.server_host, port=port, api_token=token)
+                await server.start()
+                host = strategy.advertise_host or self.ray.util.get_node_ip_address()
+                url = f"http://{_url_host(host)}:{port}"
+                algorithm_store = server
+            await asyncio.to_thread(self.start_runners, url, token)
+            await algorithm(algorithm_store, self.event)
+            # The runners finish their last store calls while the server still answers.
+            await asyncio.to_thread(self.stop_runners)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            logger.warning("Algorithm side interrupted; stopping the Ray runners.")
+            self.event.set()
+            await asyncio.to_thread(self.stop_runners)
+            raise
+        except BaseException:
+            logger.exception("Algorithm side failed; stopping the Ray runners.")
+            self.event.set()
+            await asyncio.to_thread(self.stop_runners)
+            raise
+        finally:
+            if server is not None:
+                try:
+                    await server.stop()
+                except Exception:
+                    logger.exception("Error while stopping the store server.")
+            if client is not None:
+                await client.close()
+
+    def start_runners(self, store_url: str, token: Optional[str]) -> None:
+        """Create the placement group (``pack``) and one named runner actor per worker id; start the monitor."""
+        ray, strategy = self.ray, self.strategy
+        resources: Dict[str, float] = {}
+        if strategy.num_cpus_per_runner:
+            resources["CPU"] = float(strategy.num_cpus_per_runner)
+        if strategy.num_gpus_per_runner:
+            resources["GPU"] = float(strategy.num_gpus_per_runner)
+        resources.update(strategy.resources_per_runner)
+        if strategy.placement == "pack":
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            if not any(resources.values()):
+                raise ValueError("placement='pack' needs each runner to reserve some resource (CPU, GPU or custom).")
+            self.placement_group = ray.util.placement_group(
+                [resources] * strategy.n_runners, strategy="PACK", name=f"{self.prefix}-pg"
+            )
+            ray.get(self.placement_group.ready(), timeout=strategy.start_timeout)
+        env_vars = dict(strategy.runtime_env.get("env_vars") or {})
+        if token:
+            env_vars[API_TOKEN_ENV] = token
+        runtime_env = {**strategy.runtime_env, "env_vars": env_vars}
+        remote_class = ray.remote(RunnerActor)
+        log_level = logging.getLogger().getEffectiveLevel()
+        for i in range(strategy.n_runners):
+            options: Dict[str, Any] = dict(
+                name=f"{self.prefix}-runner-{i}",
+                namespace=strategy.namespace,
+                max_restarts=strategy.max_restarts,
+                max_task_retries=0,
+                max_concurrency=4,  # stop() and wait() while the runner thread runs
+                num_cpus=strategy.num_cpus_per_runner,
+                num_gpus=strategy.num_gpus_per_runner,
+                runtime_env=runtime_env,
+            )
+            if strategy.resources_per_runner:
+                options["resources"] = strategy.resources_per_runner
+            if self.placement_group is not None:
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=i
+                )
+            else:
+                options["scheduling_strategy"] = "SPREAD"
+            actor = remote_class.options(**options).remote(self.runner, i, store_url, log_level)
+            self.actors.append(actor)
+            self.followed.add(i)
+        logger.info(
+            "Started %d Ray runner actor(s) %s-runner-* using the store at %s.",
+            len(self.actors),
+            self.prefix,
+            store_url,
+        )
+        self.monitor = threading.Thread(target=self._monitor, name=f"{self.prefix}-monitor", daemon=True)
+        self.monitor.start()
+
+    def _log_placement(self) -> None:
+        """One INFO line: how many runners run on each node (waits up to ``start_timeout`` for their placement)."""
+        refs = [actor.node_ip.remote() for actor in self.actors]
+        ready: List[Any] = []
+        pending = refs
+        deadline = time.monotonic() + self.strategy.start_timeout
+        while pending and time.monotonic() < deadline and not self.stopping.is_set():
+            done, pending = self.ray.wait(pending, num_returns=len(pending), timeout=MONITOR_INTERVAL_SECONDS)
+            ready += done
+        if pending and self.stopping.is_set():
+            return
+        counts: Dict[str, int] = collections.Counter()
+        for ref in ready:
+            try:
+                counts[self.ray.get(ref)] += 1
+            except Exception:  # died before answering: the monitor reports it
+                counts["(died)"] += 1
+        per_node = ", ".join(f"{node}: {n}" for node, n in sorted(counts.items()))
+        if pending:
+            logger.warning(
+                "%d of %d Ray runner(s) not started after %.0fs (waiting for resources?); started per node: %s",
+                len(pending),
+                len(refs),
+                self.strategy.start_timeout,
+                per_node or "none",
+            )
+        else:
+            logger.info("Ray runners per node: %s", per_node)
+
+    def _poll(self, timeout: float) -> Dict[int, Any]:
+        """Each followed runner's status: ``(ended, error)``, or the exception of a dead or restarting actor."""
+        refs = {self.actors[i].status.remote(): i for i in self.followed}
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        statuses: Dict[int, Any] = {}
+        for ref in ready:
+            try:
+                statuses[refs[ref]] = self.ray.get(ref)
+            except Exception as exc:  # RayActorError / ActorUnavailableError: dead, or being restarted by Ray
+                statuses[refs[ref]] = exc
+        return statuses
+
+    def _monitor(self) -> None:
+        """Log the placement, then follow the runners: report deaths and restarts; a runner that failed stops all."""
+        self._log_placement()
+        down: set[int] = set()
+        while not self.stopping.wait(MONITOR_INTERVAL_SECONDS) and self.followed:
+            for i, status in self._poll(MONITOR_INTERVAL_SECONDS * 2).items():
+                if self.stopping.is_set():
+                    return
+                if isinstance(status, BaseException):
+                    if i not in down:
+                        down.add(i)
+                        logger.warning("Ray runner %d is down (Ray restarts it up to max_restarts): %s", i, status)
+                    continue
+                if i in down:
+                    down.discard(i)
+                    logger.warning("Ray runner %d is running again.", i)
+                ended, error = status
+                if not ended:
+                    continue
+                self.followed.discard(i)
+                if error is not None:
+                    logger.error("Ray runner %d failed; signalling the others to stop.", i)
+                    self.event.set()
+                    for actor in self.actors:
+                        actor.stop.remote()
+
+    def stop_runners(self) -> None:
+        """Ask every runner to stop and wait up to ``graceful_timeout`` for them to end."""
+        if not self.actors:
+            return
+        self.stopping.set()
+        for actor in self.actors:
+            actor.stop.remote()
+        if self.monitor is not None:
+            self.monitor.join(timeout=MONITOR_INTERVAL_SECONDS * 4)
+        deadline = time.monotonic() + self.strategy.graceful_timeout
+        self.followed = set(range(len(self.actors)))
+        while self.followed and time.monotonic() < deadline:
+            for i, status in self._poll(max(0.1, deadline - time.monotonic())).items():
+                if isinstance(status, BaseException) or status[0]:  # dead actors have nothing left to finish
+                    self.followed.discard(i)
+            if self.followed:
+                time.sleep(0.1)
+        if self.followed:
+            logger.warning(
+                "%d Ray runner(s) still running %.1fs after the stop signal; killing them.",
+                len(self.followed),
+                self.strategy.graceful_timeout,
+            )
+
+    def remove_everything(self) -> None:
+        """Kill every actor of the run and remove its placement group (idempotent; errors are logged)."""
+        self.stopping.set()
+        self.event.set()
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor, no_restart=True)
+            except Exception:
+                logger.debug("Could not kill a Ray runner actor.", exc_info=True)
+        self.actors.clear()
+        if self.monitor is not None:
+            self.monitor.join(timeout=5.0)
+        if self.placement_group is not None:
+            try:
+                self.ray.util.remove_placement_group(self.placement_group)
+            except Exception:
+                logger.warning("Could not remove the placement group %s-pg.", self.prefix, exc_info=True)
+            self.placement_group = None
+
+
+def _url_host(host: str) -> str:
+    """``host`` as it goes in a URL (IPv6 addresses in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

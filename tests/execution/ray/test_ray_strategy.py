@@ -1,0 +1,178 @@
+"""``RayExecutionStrategy`` on a local Ray cluster: a full ``Trainer.fit``, a runner actor killed mid-run, an
+algorithm that raises, and no actor of ours left alive after any of them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Dict, List
+
+import pytest
+
+import rollouthub as agl
+from rollouthub.algorithm import algo
+from rollouthub.algorithm.fast import Baseline
+from rollouthub.execution.ray import RayExecutionStrategy
+from rollouthub.store.memory import InMemoryLightningStore
+from rollouthub.types import RolloutConfig
+
+pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
+
+pytestmark = pytest.mark.timeout(300)
+
+PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
+
+
+@agl.rollout
+def quick_agent(task: Dict[str, Any], prompt_template: agl.PromptTemplate) -> float:
+    return float(len(prompt_template.format(**task)))
+
+
+@agl.rollout
+def slow_agent(task: Dict[str, Any], prompt_template: agl.PromptTemplate) -> float:
+    time.sleep(0.5)
+    return 1.0
+
+
+def actor_names(strategy: RayExecutionStrategy) -> List[str]:
+    assert strategy.run_id is not None
+    return [f"{strategy.actor_prefix(strategy.run_id)}-runner-{i}" for i in range(strategy.n_runners)]
+
+
+async def all_attempts(store: Any, rollout_ids: List[str]) -> List[Any]:
+    return [attempt for rollout_id in rollout_ids for attempt in await store.query_attempts(rollout_id)]
+
+
+def node_once_restarted(ray: Any, name: str, namespace: str, timeout: float = 60.0) -> str:
+    """The node of the restarted actor ``name``: its calls fail while Ray restarts it, then it answers again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return str(ray.get(ray.get_actor(name, namespace=namespace).node_ip.remote(), timeout=5))
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            assert time.monotonic() < deadline, f"actor {name} was not restarted"
+            time.sleep(0.2)
+
+
+def assert_no_actor_alive(ray: Any, strategy: RayExecutionStrategy, timeout: float = 30.0) -> None:
+    """Every named runner actor of the last run is gone (``ray.get_actor`` finds only live actors)."""
+    deadline = time.monotonic() + timeout
+    for name in actor_names(strategy):
+        while True:
+            try:
+                ray.get_actor(name, namespace=strategy.namespace)
+            except ValueError:
+                break
+            assert time.monotonic() < deadline, f"actor {name} still alive after the run"
+            time.sleep(0.2)
+
+
+def test_fit_by_alias_runs_every_rollout_and_reports_nodes(local_ray: Any) -> None:
+    n_rollouts = 20
+    trainer = agl.Trainer(
+        algorithm=Baseline(span_verbosity="none"),
+        n_runners=2,
+        strategy={"type": "ray", "num_cpus_per_runner": 0.5},
+        runner={"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 0.5},
+        initial_resources=PROMPT,
+    )
+    assert isinstance(trainer.strategy, RayExecutionStrategy) and trainer.strategy.n_runners == 2
+    trainer.fit(quick_agent, train_dataset=[{"q": str(i)} for i in range(n_rollouts)])
+
+    async def summary() -> Any:
+        rollouts = await trainer.store.query_rollouts()
+        workers = await trainer.store.query_workers()
+        return rollouts, workers
+
+    rollouts, workers = asyncio.run(summary())
+    assert len(rollouts) == n_rollouts and {r.status for r in rollouts} == {"succeeded"}
+    node = local_ray.util.get_node_ip_address()
+    assert sorted(w.worker_id for w in workers) == ["Worker-0", "Worker-1"]
+    for worker in workers:  # worker telemetry: the node of each runner, and its last heartbeat says stopped
+        assert worker.heartbeat_stats["node"] == node
+        assert worker.heartbeat_stats["runner_state"] == "stopped"
+    assert_no_actor_alive(local_ray, trainer.strategy)  # type: ignore[arg-type]
+    assert local_ray.is_initialized()  # an existing cluster is left as found
+
+
+def test_pack_placement_group_is_removed(local_ray: Any) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus_per_runner=0.5, placement="pack")
+    trainer = agl.Trainer(algorithm=Baseline(span_verbosity="none"), strategy=strategy, initial_resources=PROMPT)
+    trainer.fit(quick_agent, train_dataset=[{"q": str(i)} for i in range(6)])
+    statuses = [r.status for r in asyncio.run(trainer.store.query_rollouts())]
+    assert statuses == ["succeeded"] * 6
+    assert_no_actor_alive(local_ray, strategy)
+    from ray.util import placement_group_table
+
+    assert strategy.run_id is not None
+    ours = [
+        pg for pg in placement_group_table().values() if pg["name"] == f"{strategy.actor_prefix(strategy.run_id)}-pg"
+    ]
+    assert ours and all(pg["state"] == "REMOVED" for pg in ours), ours
+
+
+def test_killed_runner_actor_is_restarted_and_every_rollout_ends_per_its_retry_config(local_ray: Any) -> None:
+    n_rollouts = 16
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus_per_runner=0.5, max_restarts=2)
+    config = RolloutConfig(timeout_seconds=5.0, max_attempts=3, retry_condition=["timeout", "unresponsive"])
+    seen: Dict[str, Any] = {}
+
+    @algo
+    async def kill_one_runner(*, store: Any) -> None:
+        await store.add_resources(PROMPT)
+        ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
+        # Wait until a runner is executing a rollout, then kill its actor (Ray restarts it: no_restart=False).
+        deadline = time.monotonic() + 60
+        while not (running := [a for a in await all_attempts(store, ids) if a.status == "running" and a.worker_id]):
+            assert time.monotonic() < deadline, "no runner started a rollout"
+            await asyncio.sleep(0.05)
+        name = actor_names(strategy)[int(running[0].worker_id.split("-")[-1])]
+        local_ray.kill(local_ray.get_actor(name, namespace=strategy.namespace), no_restart=False)
+        seen["restarted_node"] = await asyncio.to_thread(node_once_restarted, local_ray, name, strategy.namespace)
+        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=1.0)) < n_rollouts:
+            assert time.monotonic() < deadline + 60, "the rollouts did not all end"
+        seen["rollouts"] = await store.query_rollouts()
+        seen["attempts"] = await all_attempts(store, ids)
+
+    trainer = agl.Trainer(
+        algorithm=kill_one_runner,
+        strategy=strategy,
+        runner={"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 0.5},
+        store=InMemoryLightningStore(thread_safe=True),
+    )
+    trainer.fit(slow_agent)
+    assert seen["restarted_node"] == local_ray.util.get_node_ip_address()
+    rollouts, attempts = seen["rollouts"], seen["attempts"]
+    assert len(rollouts) == n_rollouts
+    by_rollout: Dict[str, List[Any]] = {}
+    for attempt in attempts:
+        by_rollout.setdefault(attempt.rollout_id, []).append(attempt)
+    for rollout in rollouts:  # every rollout ended per its config: retried after the lost attempt, never twice done
+        tries = by_rollout[rollout.rollout_id]
+        assert rollout.status == "succeeded", (rollout, tries)
+        assert 1 <= len(tries) <= config.max_attempts
+        assert [a.status for a in tries].count("succeeded") == 1
+    assert any(len(tries) > 1 for tries in by_rollout.values()), "the killed runner's attempt was not retried"
+    assert_no_actor_alive(local_ray, strategy)
+
+
+def test_algorithm_exception_ends_the_run_and_removes_the_actors(local_ray: Any) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus_per_runner=0.5, graceful_timeout=5.0)
+
+    @algo
+    async def broken(*, store: Any) -> None:
+        # Both runners are up before the algorithm fails (they answer their actor calls).
+        await asyncio.to_thread(
+            lambda: [
+                local_ray.get(local_ray.get_actor(n, namespace=strategy.namespace).node_ip.remote(), timeout=60)
+                for n in actor_names(strategy)
+            ]
+        )
+        raise RuntimeError("algorithm failed on purpose")
+
+    trainer = agl.Trainer(algorithm=broken, strategy=strategy)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="on purpose"):
+        trainer.fit(quick_agent)
+    assert time.monotonic() - started < 60
+    assert_no_actor_alive(local_ray, strategy)
