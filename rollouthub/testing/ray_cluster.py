@@ -132,11 +132,24 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands out for ``bind(port=0)`` (where the single ports of the nodes come from)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def _free_port_range(host: str, size: int, taken: List[range]) -> range:
-    """``size`` consecutive ports, all free now and apart from the ranges ``taken``, at a random place (so that
-    concurrent clusters rarely pick the same)."""
+    """``size`` consecutive ports, all free now, below the kernel's ephemeral range (so that no single port picked
+    by :func:`_free_port` falls inside) and apart from the ranges ``taken``, at a random place (so that concurrent
+    clusters rarely pick the same)."""
+    ceiling = min(_ephemeral_ports().start, 65536)
+    if ceiling - size <= 10002:
+        ceiling = 65536  # no room below the ephemeral range: take the small risk of a collision
     for _ in range(200):
-        start = random.randrange(20000, 60000 - size)
+        start = random.randrange(10002, ceiling - size)
         ports = range(start, start + size)
         if any(start < other.stop and other.start < ports.stop for other in taken):
             continue

@@ -90,9 +90,9 @@ async def node_agent(task: int, prompt_template: PromptTemplate) -> float:
 
 
 class KillANodeMidRun(Algorithm):
-    """Enqueue ``count`` rollouts whose lost attempts are retried (``timeout`` after :data:`ATTEMPT_TIMEOUT`, up to
-    :data:`MAX_ATTEMPTS` attempts); once a third of them has finished, note where each worker runs and call ``kill``;
-    return when every rollout has finished."""
+    """Once every runner has reported its node, enqueue ``count`` rollouts whose lost attempts are retried
+    (``timeout`` after :data:`ATTEMPT_TIMEOUT`, up to :data:`MAX_ATTEMPTS` attempts); once a third of them has
+    finished, note where each worker runs and call ``kill``; return when every rollout has finished."""
 
     def __init__(self, count: int, kill: Callable[[], None]) -> None:
         self.count = count
@@ -114,8 +114,13 @@ class KillANodeMidRun(Algorithm):
             timeout_seconds=ATTEMPT_TIMEOUT, max_attempts=MAX_ATTEMPTS, retry_condition=["timeout", "unresponsive"]
         )
         requests = [EnqueueRolloutRequest(input=i, mode="train", config=config) for i in range(self.count)]
-        ids = [r.rollout_id for r in await store.enqueue_many_rollouts(requests)]
         deadline = time.monotonic() + 200
+        # Every runner reports its node before the work starts, so that the lost node has runners to lose.
+        while len([w for w in await store.query_workers() if (w.heartbeat_stats or {}).get("node")]) < N_RUNNERS:
+            if time.monotonic() > deadline:
+                raise TimeoutError("not every runner reported its node")
+            await asyncio.sleep(0.2)
+        ids = [r.rollout_id for r in await store.enqueue_many_rollouts(requests)]
         while True:
             done = await store.wait_for_rollouts(rollout_ids=ids, timeout=0.5)
             if self.killed_after is None and len(done) >= self.count // 3:
@@ -242,6 +247,8 @@ def test_a_worker_node_lost_mid_run(cluster: RayCluster, ray_driver: Any, monkey
             assert statuses[-1] == "succeeded" and statuses.count("succeeded") == 1, (r.rollout_id, statuses)
         else:
             assert len(statuses) == MAX_ATTEMPTS or statuses[-1] == "failed", (r.rollout_id, statuses)
+    lost_attempts = [a for v in attempts.values() for a in v if a.status in ("timeout", "unresponsive")]
+    assert lost_attempts, "the killed node's runners had no attempt in flight: the retry path was not exercised"
     # The runners that were on the lost node were restarted by Ray on the live ones (their last heartbeats say so).
     victims = [w for w, node in algorithm.nodes_at_kill.items() if node == lost.ip]
     assert victims, algorithm.nodes_at_kill
