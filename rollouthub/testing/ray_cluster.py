@@ -273,11 +273,14 @@ def _start_node(
     ip: str,
     host: Optional[Host],
     root: Path,
-    head_address: Optional[str],
     cpus: int,
     worker_ports: range,
     env: Dict[str, str],
+    *,
+    gcs_port: Optional[int] = None,
+    join: Optional[str] = None,
 ) -> _NodeProcess:
+    """Start one node: the head (with ``gcs_port``) or a worker node joining the GCS at ``join``."""
     temp_dir = root / name
     bind = ip if host is None else "0.0.0.0"  # ports of a namespace node are free in its fresh namespace
     node_manager_port = _free_port(bind)
@@ -289,26 +292,17 @@ def _start_node(
     argv += ["--dashboard-agent-listen-port", str(_free_port(bind))]
     argv += ["--dashboard-agent-grpc-port", str(_free_port(bind))]
     argv += ["--metrics-export-port", str(_free_port(bind)), "--runtime-env-agent-port", str(_free_port(bind))]
-    if head_address is None:
-        argv += [
-            "--head",
-            "--include-dashboard=false",
-            "--port",
-            str(_free_port(ip)),
-            "--ray-client-server-port",
-            str(_free_port(ip)),
-        ]
+    if gcs_port is not None:
+        argv += ["--head", "--include-dashboard=false", "--port", str(gcs_port)]
+        argv += ["--ray-client-server-port", str(_free_port(ip))]
+    elif join is not None:
+        argv += ["--address", join]
     else:
-        argv += ["--address", head_address]
+        raise ValueError("a node is either the head (gcs_port) or joins one (join)")
     log = (root / f"{name}.log").open("wb")
     command = argv if host is None else host.command(argv)
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return _NodeProcess(name, ip, host, temp_dir, node_manager_port, proc, log)
-
-
-def _gcs_address(head: _NodeProcess) -> str:
-    argv: List[str] = head.proc.args  # type: ignore[assignment]
-    return f"{head.ip}:{argv[argv.index('--port') + 1]}"
 
 
 def _wait_for_nodes(address: str, processes: List[_NodeProcess], env: Dict[str, str], timeout: float) -> List[dict]:
@@ -375,12 +369,15 @@ def ray_cluster(
                 hosts = list(namespaces[:n_worker_nodes])
             taken: List[range] = []  # worker-port ranges of this cluster's nodes never overlap
             head_ports = _free_port_range(head_ip, worker_ports_per_node, taken)
-            processes.append(_start_node("head", head_ip, None, root, None, cpus_per_node, head_ports, env))
-            address = _gcs_address(processes[0])
+            gcs_port = _free_port(head_ip)
+            address = f"{head_ip}:{gcs_port}"
+            processes.append(
+                _start_node("head", head_ip, None, root, cpus_per_node, head_ports, env, gcs_port=gcs_port)
+            )
             for i, host in enumerate(hosts, start=1):
                 ip = host.address if host is not None else head_ip
                 ports = _free_port_range(head_ip, worker_ports_per_node, taken)
-                processes.append(_start_node(f"worker-{i}", ip, host, root, address, cpus_per_node, ports, env))
+                processes.append(_start_node(f"worker-{i}", ip, host, root, cpus_per_node, ports, env, join=address))
             alive = _wait_for_nodes(address, processes, env, start_timeout)
             by_port = {int(n["port"]): n for n in alive}
             nodes = [

@@ -11,8 +11,10 @@ Skipped where Ray is missing or network namespaces cannot be made (not root, no 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 import psutil
@@ -186,6 +188,23 @@ def test_cluster_nodes_are_real_and_each_worker_node_has_its_own_namespace(clust
     assert [r["ip"] for r in reports] == ips
     # A worker node's processes live in its namespace: the node's address is the only one they have.
     assert [r["addresses"] for r in reports[1:]] == [[ip] for ip in ips[1:]]
+
+
+def test_cluster_is_torn_down_when_the_body_fails() -> None:
+    """Every process of every node, the namespaces and the temp dir are gone after a body that raised."""
+    reason = ray_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with pytest.raises(RuntimeError, match="body failed"):
+        with ray_cluster(n_worker_nodes=1, cpus_per_node=1) as small:
+            pids = [pid for i in range(len(small.nodes)) for pid in small.node_pids(i)]
+            namespace = small.nodes[1].host
+            temp_dir = Path(small.temp_dir)
+            assert len(pids) > 4 and temp_dir.is_dir() and namespace is not None  # ray start, raylet, agents...
+            raise RuntimeError("body failed")
+    assert [pid for pid in pids if psutil.pid_exists(pid)] == []
+    assert not temp_dir.exists()
+    assert namespace.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 def test_trainer_runners_spread_over_all_nodes(
