@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -142,7 +143,7 @@ class RayExecutionStrategy(ExecutionStrategy):
         self.interrupted = None
         started_ray = False
         if not ray.is_initialized():
-            ray.init(address=self.address, namespace=self.namespace, **self.ray_init_kwargs)
+            _init_keeping_sigterm_handler(ray, address=self.address, namespace=self.namespace, **self.ray_init_kwargs)
             started_ray = True
         run = _Run(self, ray, runner, store)
         error: Optional[BaseException] = None
@@ -160,6 +161,16 @@ class RayExecutionStrategy(ExecutionStrategy):
                 ray.shutdown()
         if error is not None:
             raise error
+
+
+def _init_keeping_sigterm_handler(ray: Any, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)``, keeping this process's SIGTERM handler: ``ray.init`` installs its own (which exits),
+    and the caller's (e.g. the Trainer's, which makes SIGTERM an interruption) must decide what SIGTERM does."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main_thread else None
+    ray.init(**kwargs)
+    if in_main_thread and previous is not None and signal.getsignal(signal.SIGTERM) is not previous:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Run:

@@ -42,7 +42,7 @@ class Trainer:
         initial_resources: resources handed to the algorithm (e.g. the seed prompt).
         tracer: default ``AgentOpsTracer(agentops_managed=True, instrument_managed=True, daemon=daemon)``.
         adapter: default ``TracerTraceToTriplet()``; a dict without ``type`` configures that class.
-        store: default ``InMemoryLightningStore`` (thread-safe when the strategy is client-server).
+        store: default ``InMemoryLightningStore`` (thread-safe when the strategy is client-server or ray).
         runner: default ``LitAgentRunner(tracer=..., max_rollouts=...)``.
         strategy: default ``ClientServerExecutionStrategy(n_runners=..., server_port=port)``; aliases ``"shm"`` and
             ``"cs"``.
@@ -150,10 +150,12 @@ class Trainer:
     def __getstate__(self) -> Dict[str, Any]:
         """A copy of the trainer (the runner bundle sent to a runner on another machine, e.g. by the ``ray``
         strategy) leaves behind what lives in this process: its store (the copy's runners use the store the
-        strategy gives them) and its LLM proxy (served here; runners reach it by address)."""
+        strategy gives them), its LLM proxy (served here; runners reach it by address) and its algorithm (it runs
+        here; it may hold models or clients that have no business in a runner)."""
         state = self.__dict__.copy()
         state["store"] = None
         state["llm_proxy"] = None
+        state["algorithm"] = None
         return state
 
     # -- deprecated aliases -----------------------------------------------------------------------------------------
@@ -227,10 +229,12 @@ class Trainer:
 
     def _make_store(self, spec: ComponentSpec) -> LightningStore:
         from rollouthub.execution.client_server import ClientServerExecutionStrategy
+        from rollouthub.execution.ray import RayExecutionStrategy
         from rollouthub.store.memory import InMemoryLightningStore
 
         def default() -> LightningStore:
-            thread_safe = isinstance(self.strategy, ClientServerExecutionStrategy)
+            # Strategies that serve the store over HTTP from a server thread need a thread-safe one.
+            thread_safe = isinstance(self.strategy, (ClientServerExecutionStrategy, RayExecutionStrategy))
             return InMemoryLightningStore(thread_safe=thread_safe)
 
         store = build_component(spec, expected_type=LightningStore, spec_name="store", default_factory=default)
@@ -338,6 +342,8 @@ class Trainer:
         """Initialise a runner worker, iterate over the queue until stopped, then tear it down."""
         from rollouthub.execution.shared_memory import SharedMemoryExecutionStrategy
 
+        # A runner in another process (e.g. a Ray actor) gets copies of the agent and the trainer: reattach them.
+        agent.set_trainer(self)
         runner = self.runner
         if isinstance(self.strategy, SharedMemoryExecutionStrategy) and self.strategy.n_runners > 1 and worker_id > 0:
             runner = self._fresh_runner()

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { normalizeWorker } from './normalize';
-import { heartbeatInterval, runnerState, runnerStateHint } from './runners';
+import { heartbeatInterval, runnerNode, runnerState, runnerStateHint } from './runners';
 
 const worker = (status: string, stats: Record<string, unknown> | null, lastHeartbeat: number | null) =>
   normalizeWorker({ worker_id: 'Worker-0', status, heartbeat_stats: stats, last_heartbeat_time: lastHeartbeat });
@@ -34,5 +34,14 @@ describe('runner state', () => {
     expect(heartbeatInterval(worker('idle', { heartbeat_interval: 2.5 }, 0))).toBe(2.5);
     for (const bad of [0, -1, '10', null, Number.NaN]) expect(heartbeatInterval(worker('idle', { heartbeat_interval: bad }, 0))).toBeNull();
     expect(heartbeatInterval(worker('idle', null, 0))).toBeNull();
+  });
+});
+
+describe('runner node', () => {
+  it('is the node its heartbeats report, else none', () => {
+    expect(runnerNode(worker('idle', { node: '10.0.0.12', heartbeat_interval: 10 }, 1))).toBe('10.0.0.12');
+    expect(runnerNode(worker('idle', { heartbeat_interval: 10 }, 1))).toBeNull();
+    expect(runnerNode(worker('idle', { node: '' }, 1))).toBeNull();
+    expect(runnerNode(worker('unknown', null, null))).toBeNull();
   });
 });

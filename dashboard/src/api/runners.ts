@@ -1,7 +1,7 @@
 // What a runner is doing, from the store's worker status and the runner's own heartbeats. The store only knows
 // busy/idle/unknown, so a runner that exited (or crashed) would read "Idle" forever. Runners report in their
 // heartbeat stats `runner_state: "stopped"` on their last heartbeat of a clean exit, and with every heartbeat
-// `heartbeat_interval` (seconds).
+// `heartbeat_interval` (seconds) and, when their execution strategy knows it (the ray strategy), `node`.
 import type { Worker } from './types';
 
 export type RunnerState = 'busy' | 'idle' | 'unknown' | 'stopped' | 'offline';
@@ -13,6 +13,12 @@ export const OFFLINE_AFTER_INTERVALS = 3;
 export function heartbeatInterval(worker: Pick<Worker, 'heartbeatStats'>): number | null {
   const v = worker.heartbeatStats?.heartbeat_interval;
   return typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : null;
+}
+
+/** The machine the runner runs on, when its heartbeats say (`node`: e.g. its Ray node's IP address). */
+export function runnerNode(worker: Pick<Worker, 'heartbeatStats'>): string | null {
+  const v = worker.heartbeatStats?.node;
+  return typeof v === 'string' && v.trim() ? v : null;
 }
 
 /** "stopped" after a clean exit, "offline" when heartbeats stopped coming (a crashed or unreachable runner), else

@@ -1,6 +1,7 @@
 // Runners (workers) page: the store's workers with their state, heartbeat times and detail.
 import { InfoIcon } from '../components/icons';
 import { fetchWorkers, selectWorkersArgs } from '../api/queries';
+import { runnerNode } from '../api/runners';
 import type { SortState, Worker } from '../api/types';
 import { IdWithCopy, PageHeader, RunnerStateBadge, SearchInput, Skeleton, TwoLineTime } from '../components/common';
 import { DataTable, type Column } from '../components/DataTable';
@@ -30,6 +31,7 @@ export function RunnersPage() {
   const columns: Column<Worker>[] = [
     { accessor: 'workerId', title: 'Runner ID', sortable: true, fixedWidth: 12, priority: 0, render: (w) => <IdWithCopy id={w.workerId} label="Copy worker ID" /> },
     { accessor: 'status', title: 'Status', sortable: true, fixedWidth: 6, priority: 1, render: (w) => <RunnerStateBadge worker={w} now={now} /> },
+    { accessor: 'node', title: 'Node', fixedWidth: 9, priority: 2, render: (w) => <span className="mono">{runnerNode(w) ?? '—'}</span> },
     { accessor: 'currentRolloutId', title: 'Current Rollout', sortable: true, fixedWidth: 14, priority: 3, render: (w) => <span className="mono">{w.currentRolloutId ?? '—'}</span> },
     { accessor: 'currentAttemptId', title: 'Current Attempt', sortable: true, fixedWidth: 14, priority: 3, render: (w) => <span className="mono">{w.currentAttemptId ?? '—'}</span> },
     { accessor: 'lastHeartbeatTime', title: 'Heartbeat', sortable: true, fixedWidth: 10, priority: 2, render: (w) => <TwoLineTime value={w.lastHeartbeatTime} /> },

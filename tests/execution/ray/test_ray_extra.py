@@ -32,7 +32,7 @@ def test_runner_bundle_of_a_default_trainer_pickles() -> None:
     bundle = functools.partial(trainer._runner_bundle, agent=agent)
     copy = cloudpickle.loads(cloudpickle.dumps(bundle))
     copied = copy.func.__self__
-    assert copied.store is None and copied.llm_proxy is None
+    assert copied.store is None and copied.llm_proxy is None and copied.algorithm is None
     assert type(copied.runner) is type(trainer.runner) and type(copied.tracer) is type(trainer.tracer)
     assert copied.runner.tracer is copied.tracer  # shared references survive the copy
     assert copy.keywords["agent"]({"q": 1}, None) == 1.0

@@ -34,6 +34,14 @@ def slow_agent(task: Dict[str, Any], prompt_template: agl.PromptTemplate) -> flo
     return 1.0
 
 
+class TrainerAwareAgent(agl.LitAgent[Dict[str, Any]]):
+    """Reaches its trainer and tracer from inside the runner actor (its copy of the trainer is reattached)."""
+
+    def rollout(self, task: Dict[str, Any], resources: Any, rollout: Any) -> float:
+        assert self.trainer.store is None  # the runner's copy of the trainer: the store stayed in the driver
+        return 1.0 if self.tracer is self.runner.tracer else 0.0
+
+
 def actor_names(strategy: RayExecutionStrategy) -> List[str]:
     assert strategy.run_id is not None
     return [f"{strategy.actor_prefix(strategy.run_id)}-runner-{i}" for i in range(strategy.n_runners)]
@@ -98,9 +106,9 @@ def test_fit_by_alias_runs_every_rollout_and_reports_nodes(local_ray: Any) -> No
 def test_pack_placement_group_is_removed(local_ray: Any) -> None:
     strategy = RayExecutionStrategy(n_runners=2, num_cpus_per_runner=0.5, placement="pack")
     trainer = agl.Trainer(algorithm=Baseline(span_verbosity="none"), strategy=strategy, initial_resources=PROMPT)
-    trainer.fit(quick_agent, train_dataset=[{"q": str(i)} for i in range(6)])
-    statuses = [r.status for r in asyncio.run(trainer.store.query_rollouts())]
-    assert statuses == ["succeeded"] * 6
+    trainer.fit(TrainerAwareAgent(), train_dataset=[{"q": str(i)} for i in range(6)])
+    rollouts = asyncio.run(trainer.store.query_rollouts())
+    assert [r.status for r in rollouts] == ["succeeded"] * 6
     assert_no_actor_alive(local_ray, strategy)
     from ray.util import placement_group_table
 
