@@ -1,4 +1,4 @@
-"""The ``ray`` execution strategy against ``cs`` on the same machine: rollouts/s and runner-side CPU per rollout.
+"""The "ray" execution strategy against "cs" on the same machine: rollouts/s and runner-side CPU per rollout.
 
 One single-node Ray cluster (``rollouthub.testing.ray_cluster`` without namespaces: a head on ``127.0.0.1`` with a
 private temp dir, started once and not timed) serves every ``ray`` run; this process stays connected to it, so each
