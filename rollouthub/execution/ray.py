@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from rollouthub.env_var import API_TOKEN_ENV, resolve_api_token
 from rollouthub.store.base import LightningStore
@@ -64,9 +64,10 @@ class RayExecutionStrategy(ExecutionStrategy):
         store_url: the URL of an existing ``rollouthub store`` server (e.g. on PostgreSQL); the runners and the
             algorithm use a client to it and the store given to :meth:`execute` is not used. ``None``: the strategy
             serves the given store from the driver, like the client-server strategy.
-        server_host: bind host of that server (default ``"0.0.0.0"``).
-        advertise_host: the address runners use to reach the driver's store server (default: the driver's Ray
-            node IP address).
+        server_host: bind host of that server, and of the LLM proxy when it was given no host (default
+            ``"0.0.0.0"``).
+        advertise_host: the address runners use to reach the driver's store server and LLM proxy (default: the
+            driver's Ray node IP address).
         server_port: port of that server (``None``: a free port).
         max_restarts: how many times Ray restarts a runner actor that died.
         runtime_env: Ray runtime environment of the runner actors (the strategy adds its environment variables).
@@ -130,6 +131,26 @@ class RayExecutionStrategy(ExecutionStrategy):
             f"RayExecutionStrategy(address={self.address!r}, n_runners={self.n_runners}, "
             f"placement={self.placement!r}, {store})"
         )
+
+    def driver_host(self) -> str:
+        """The address runners use to reach servers in the driver: ``advertise_host``, or the driver's Ray node IP
+        address (Ray must be initialised)."""
+        if self.advertise_host:
+            return self.advertise_host
+        return str(_import_ray().util.get_node_ip_address())
+
+    def remote_runner_hosts(self) -> Optional[Tuple[str, str]]:
+        """The LLM proxy (and any server the algorithm starts for the runners) binds ``server_host`` and publishes
+        :meth:`driver_host`, like the strategy's store server: runners on other nodes reach it."""
+        return self.server_host, self.driver_host()
+
+    def run_store(self, store: LightningStore) -> LightningStore:
+        """With ``store_url``, a client to that server (the store the algorithm uses); otherwise ``store``."""
+        if self.store_url is None:
+            return store
+        from rollouthub.store.client import LightningStoreClient
+
+        return LightningStoreClient(self.store_url)
 
     def actor_prefix(self, run_id: str) -> str:
         """The name prefix of a run's actors (and placement group)."""
@@ -214,8 +235,7 @@ class _Run:
                 port = strategy.server_port or pick_free_port(strategy.server_host)
                 server = LightningStoreServer(self.store, host=strategy.server_host, port=port, api_token=token)
                 await server.start()
-                host = strategy.advertise_host or self.ray.util.get_node_ip_address()
-                url = f"http://{_url_host(host)}:{port}"
+                url = f"http://{_url_host(strategy.driver_host())}:{port}"
                 algorithm_store = server
             await asyncio.to_thread(self.start_runners, url, token)
             await algorithm(algorithm_store, self.event)
