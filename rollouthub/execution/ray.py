@@ -207,6 +207,11 @@ class _Run:
         self.prefix = strategy.actor_prefix(self.run_id)
         self.actors: List[Any] = []
         self.followed: set[int] = set()  # worker ids of the runners not known to have ended
+        self.lost: set[int] = set()  # worker ids of the runners dead for good (their restarts used up)
+        self.nodes: Dict[int, str] = {}  # the last known node of each runner
+        self.failure: Optional[RuntimeError] = None  # set when no runner is left: the run fails with it
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.algorithm_task: Optional[asyncio.Future[None]] = None
         self.placement_group: Optional[Any] = None
         self.stopping = threading.Event()
         self.event = ThreadingEvent()
@@ -216,7 +221,8 @@ class _Run:
 
     async def main(self, algorithm: AlgorithmBundle) -> None:
         """Serve the store (unless ``store_url``), start the runners, run the algorithm, stop the runners."""
-        quiet_interrupted_tasks(asyncio.get_running_loop())
+        self.loop = asyncio.get_running_loop()
+        quiet_interrupted_tasks(self.loop)
         strategy = self.strategy
         server: Optional[Any] = None
         client: Optional[Any] = None
@@ -238,7 +244,15 @@ class _Run:
                 url = f"http://{_url_host(strategy.driver_host())}:{port}"
                 algorithm_store = server
             await asyncio.to_thread(self.start_runners, url, token)
-            await algorithm(algorithm_store, self.event)
+            if self.failure is not None:  # every runner was lost before the algorithm started
+                raise self.failure
+            self.algorithm_task = asyncio.ensure_future(algorithm(algorithm_store, self.event))
+            try:
+                await self.algorithm_task
+            except asyncio.CancelledError:
+                if self.failure is None:
+                    raise
+                raise self.failure from None  # cancelled by the monitor: no runner is left
             # The runners finish their last store calls while the server still answers.
             await asyncio.to_thread(self.stop_runners)
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -246,8 +260,9 @@ class _Run:
             self.event.set()
             await asyncio.to_thread(self.stop_runners)
             raise
-        except BaseException:
-            logger.exception("Algorithm side failed; stopping the Ray runners.")
+        except BaseException as exc:
+            if exc is not self.failure:  # the monitor logged that one
+                logger.exception("Algorithm side failed; stopping the Ray runners.")
             self.event.set()
             await asyncio.to_thread(self.stop_runners)
             raise
@@ -318,6 +333,7 @@ class _Run:
     def _log_placement(self) -> None:
         """One INFO line: how many runners run on each node (waits up to ``start_timeout`` for their placement)."""
         refs = [actor.node_ip.remote() for actor in self.actors]
+        worker_of = {ref: i for i, ref in enumerate(refs)}
         ready: List[Any] = []
         pending = refs
         deadline = time.monotonic() + self.strategy.start_timeout
@@ -329,9 +345,12 @@ class _Run:
         counts: Dict[str, int] = collections.Counter()
         for ref in ready:
             try:
-                counts[self.ray.get(ref)] += 1
+                node = self.ray.get(ref)
             except Exception:  # died before answering: the monitor reports it
                 counts["(died)"] += 1
+            else:
+                counts[node] += 1
+                self.nodes.setdefault(worker_of[ref], node)
         per_node = ", ".join(f"{node}: {n}" for node, n in sorted(counts.items()))
         if pending:
             logger.warning(
@@ -345,7 +364,8 @@ class _Run:
             logger.info("Ray runners per node: %s", per_node)
 
     def _poll(self, timeout: float) -> Dict[int, Any]:
-        """Each followed runner's status: ``(ended, error)``, or the exception of a dead or restarting actor."""
+        """Each followed runner's status: ``(ended, error, node)``, or the exception of a dead or restarting
+        actor."""
         refs = {self.actors[i].status.remote(): i for i in self.followed}
         ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         statuses: Dict[int, Any] = {}
@@ -356,23 +376,66 @@ class _Run:
                 statuses[refs[ref]] = exc
         return statuses
 
+    def _named_actors(self) -> set[str]:
+        """The names of the live or restarting actors in the strategy's namespace (Ray no longer lists an actor that
+        is dead for good, e.g. once its restarts are used up)."""
+        listed = self.ray.util.list_named_actors(all_namespaces=True)
+        return {a["name"] for a in listed if a["namespace"] == self.strategy.namespace}
+
+    def _lose(self, i: int) -> None:
+        """Runner ``i`` is dead for good: warn and go on with the others, or fail the run when none is left."""
+        self.followed.discard(i)
+        self.lost.add(i)
+        restarts = self.strategy.max_restarts
+        if self.followed:
+            logger.warning(
+                "Ray runner %d (node %s) is gone for good (max_restarts=%d used up); the run goes on with %d runner(s).",
+                i,
+                self.nodes.get(i, "unknown"),
+                restarts,
+                len(self.followed),
+            )
+            return
+        lost = ", ".join(f"runner {j} on {self.nodes.get(j, 'an unknown node')}" for j in sorted(self.lost))
+        self.failure = RuntimeError(f"no Ray runner left: every runner is dead (max_restarts={restarts}): {lost}")
+        logger.error("%s; stopping the run.", self.failure)
+        self.event.set()
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._cancel_algorithm)
+
+    def _cancel_algorithm(self) -> None:
+        """In the driver's event loop: cancel the algorithm (``main`` then raises :attr:`failure`)."""
+        if self.algorithm_task is not None:
+            self.algorithm_task.cancel()
+
     def _monitor(self) -> None:
-        """Log the placement, then follow the runners: report deaths and restarts; a runner that failed stops all."""
+        """Log the placement, then follow the runners: report deaths and restarts, go on without a runner dead for
+        good (fail the run when none is left); a runner that failed stops all."""
         self._log_placement()
         down: set[int] = set()
         while not self.stopping.wait(MONITOR_INTERVAL_SECONDS) and self.followed:
-            for i, status in self._poll(MONITOR_INTERVAL_SECONDS * 2).items():
+            statuses = self._poll(MONITOR_INTERVAL_SECONDS * 2)
+            failing = any(isinstance(status, BaseException) for status in statuses.values())
+            named = self._named_actors() if failing else set()
+            for i, status in statuses.items():
                 if self.stopping.is_set():
                     return
                 if isinstance(status, BaseException):
-                    if i not in down:
+                    if f"{self.prefix}-runner-{i}" not in named:  # dead for good
+                        self._lose(i)
+                    elif i not in down:
                         down.add(i)
-                        logger.warning("Ray runner %d is down (Ray restarts it up to max_restarts): %s", i, status)
+                        logger.warning(
+                            "Ray runner %d (node %s) is down (Ray restarts it up to max_restarts): %s",
+                            i,
+                            self.nodes.get(i, "unknown"),
+                            status,
+                        )
                     continue
+                ended, error, self.nodes[i] = status
                 if i in down:
                     down.discard(i)
-                    logger.warning("Ray runner %d is running again.", i)
-                ended, error = status
+                    logger.warning("Ray runner %d is running again (node %s).", i, self.nodes[i])
                 if not ended:
                     continue
                 self.followed.discard(i)
