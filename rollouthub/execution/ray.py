@@ -69,7 +69,8 @@ class RayExecutionStrategy(ExecutionStrategy):
         advertise_host: the address runners use to reach the driver's store server and LLM proxy (default: the
             driver's Ray node IP address).
         server_port: port of that server (``None``: a free port).
-        max_restarts: how many times Ray restarts a runner actor that died.
+        max_restarts: how many times Ray restarts a runner actor that died. A runner dead for good is left out
+            (a warning); when none is left the run fails with a ``RuntimeError``.
         runtime_env: Ray runtime environment of the runner actors (the strategy adds its environment variables).
         ray_init_kwargs: extra keyword arguments of ``ray.init`` (when the strategy initialises Ray).
         graceful_timeout: seconds the runners get to finish after they are asked to stop, before they are killed.
@@ -379,7 +380,11 @@ class _Run:
     def _named_actors(self) -> set[str]:
         """The names of the live or restarting actors in the strategy's namespace (Ray no longer lists an actor that
         is dead for good, e.g. once its restarts are used up)."""
-        listed = self.ray.util.list_named_actors(all_namespaces=True)
+        try:
+            listed = self.ray.util.list_named_actors(all_namespaces=True)
+        except Exception:  # the cluster cannot say now: count every runner as alive, ask again at the next poll
+            logger.debug("Could not list the named Ray actors.", exc_info=True)
+            return {f"{self.prefix}-runner-{i}" for i in range(len(self.actors))}
         return {a["name"] for a in listed if a["namespace"] == self.strategy.namespace}
 
     def _lose(self, i: int) -> None:
