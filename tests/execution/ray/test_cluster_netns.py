@@ -281,6 +281,8 @@ def test_trainer_runners_spread_over_all_nodes_and_reach_the_llm_proxy(
     assert len(nodes) == N_RUNNERS, nodes
     assert set(nodes.values()) == {node.ip for node in cluster.nodes}, nodes  # runners ran on all three nodes
     assert {a.worker_id for a in result["attempts"]} <= set(nodes)
+    # Runners on every node (worker nodes included) did rollouts, each one an answered call through the proxy.
+    assert {nodes[a.worker_id] for a in result["attempts"]} == {node.ip for node in cluster.nodes}
 
 
 def test_a_worker_node_lost_mid_run(cluster: RayCluster, ray_driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
