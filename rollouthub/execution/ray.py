@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from rollouthub.env_var import API_TOKEN_ENV, resolve_api_token
 from rollouthub.store.base import LightningStore
@@ -64,11 +64,13 @@ class RayExecutionStrategy(ExecutionStrategy):
         store_url: the URL of an existing ``rollouthub store`` server (e.g. on PostgreSQL); the runners and the
             algorithm use a client to it and the store given to :meth:`execute` is not used. ``None``: the strategy
             serves the given store from the driver, like the client-server strategy.
-        server_host: bind host of that server (default ``"0.0.0.0"``).
-        advertise_host: the address runners use to reach the driver's store server (default: the driver's Ray
-            node IP address).
+        server_host: bind host of that server, and of the LLM proxy when it was given no host (default
+            ``"0.0.0.0"``).
+        advertise_host: the address runners use to reach the driver's store server and LLM proxy (default: the
+            driver's Ray node IP address).
         server_port: port of that server (``None``: a free port).
-        max_restarts: how many times Ray restarts a runner actor that died.
+        max_restarts: how many times Ray restarts a runner actor that died. A runner dead for good is left out
+            (a warning); when none is left the run fails with a ``RuntimeError``.
         runtime_env: Ray runtime environment of the runner actors (the strategy adds its environment variables).
         ray_init_kwargs: extra keyword arguments of ``ray.init`` (when the strategy initialises Ray).
         graceful_timeout: seconds the runners get to finish after they are asked to stop, before they are killed.
@@ -131,6 +133,26 @@ class RayExecutionStrategy(ExecutionStrategy):
             f"placement={self.placement!r}, {store})"
         )
 
+    def driver_host(self) -> str:
+        """The address runners use to reach servers in the driver: ``advertise_host``, or the driver's Ray node IP
+        address (Ray must be initialised)."""
+        if self.advertise_host:
+            return self.advertise_host
+        return str(_import_ray().util.get_node_ip_address())
+
+    def remote_runner_hosts(self) -> Optional[Tuple[str, str]]:
+        """The LLM proxy (and any server the algorithm starts for the runners) binds ``server_host`` and publishes
+        :meth:`driver_host`, like the strategy's store server: runners on other nodes reach it."""
+        return self.server_host, self.driver_host()
+
+    def run_store(self, store: LightningStore) -> LightningStore:
+        """With ``store_url``, a client to that server (the store the algorithm uses); otherwise ``store``."""
+        if self.store_url is None:
+            return store
+        from rollouthub.store.client import LightningStoreClient
+
+        return LightningStoreClient(self.store_url)
+
     def actor_prefix(self, run_id: str) -> str:
         """The name prefix of a run's actors (and placement group)."""
         return f"rollouthub-{run_id}"
@@ -186,6 +208,11 @@ class _Run:
         self.prefix = strategy.actor_prefix(self.run_id)
         self.actors: List[Any] = []
         self.followed: set[int] = set()  # worker ids of the runners not known to have ended
+        self.lost: set[int] = set()  # worker ids of the runners dead for good (their restarts used up)
+        self.nodes: Dict[int, str] = {}  # the last known node of each runner
+        self.failure: Optional[RuntimeError] = None  # set when no runner is left: the run fails with it
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.algorithm_task: Optional[asyncio.Future[None]] = None
         self.placement_group: Optional[Any] = None
         self.stopping = threading.Event()
         self.event = ThreadingEvent()
@@ -195,7 +222,8 @@ class _Run:
 
     async def main(self, algorithm: AlgorithmBundle) -> None:
         """Serve the store (unless ``store_url``), start the runners, run the algorithm, stop the runners."""
-        quiet_interrupted_tasks(asyncio.get_running_loop())
+        self.loop = asyncio.get_running_loop()
+        quiet_interrupted_tasks(self.loop)
         strategy = self.strategy
         server: Optional[Any] = None
         client: Optional[Any] = None
@@ -214,11 +242,18 @@ class _Run:
                 port = strategy.server_port or pick_free_port(strategy.server_host)
                 server = LightningStoreServer(self.store, host=strategy.server_host, port=port, api_token=token)
                 await server.start()
-                host = strategy.advertise_host or self.ray.util.get_node_ip_address()
-                url = f"http://{_url_host(host)}:{port}"
+                url = f"http://{_url_host(strategy.driver_host())}:{port}"
                 algorithm_store = server
             await asyncio.to_thread(self.start_runners, url, token)
-            await algorithm(algorithm_store, self.event)
+            if self.failure is not None:  # every runner was lost before the algorithm started
+                raise self.failure
+            self.algorithm_task = asyncio.ensure_future(algorithm(algorithm_store, self.event))
+            try:
+                await self.algorithm_task
+            except asyncio.CancelledError:
+                if self.failure is None:
+                    raise
+                raise self.failure from None  # cancelled by the monitor: no runner is left
             # The runners finish their last store calls while the server still answers.
             await asyncio.to_thread(self.stop_runners)
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -226,8 +261,9 @@ class _Run:
             self.event.set()
             await asyncio.to_thread(self.stop_runners)
             raise
-        except BaseException:
-            logger.exception("Algorithm side failed; stopping the Ray runners.")
+        except BaseException as exc:
+            if exc is not self.failure:  # the monitor logged that one
+                logger.exception("Algorithm side failed; stopping the Ray runners.")
             self.event.set()
             await asyncio.to_thread(self.stop_runners)
             raise
@@ -298,6 +334,7 @@ class _Run:
     def _log_placement(self) -> None:
         """One INFO line: how many runners run on each node (waits up to ``start_timeout`` for their placement)."""
         refs = [actor.node_ip.remote() for actor in self.actors]
+        worker_of = {ref: i for i, ref in enumerate(refs)}
         ready: List[Any] = []
         pending = refs
         deadline = time.monotonic() + self.strategy.start_timeout
@@ -309,9 +346,12 @@ class _Run:
         counts: Dict[str, int] = collections.Counter()
         for ref in ready:
             try:
-                counts[self.ray.get(ref)] += 1
+                node = self.ray.get(ref)
             except Exception:  # died before answering: the monitor reports it
                 counts["(died)"] += 1
+            else:
+                counts[node] += 1
+                self.nodes.setdefault(worker_of[ref], node)
         per_node = ", ".join(f"{node}: {n}" for node, n in sorted(counts.items()))
         if pending:
             logger.warning(
@@ -325,7 +365,8 @@ class _Run:
             logger.info("Ray runners per node: %s", per_node)
 
     def _poll(self, timeout: float) -> Dict[int, Any]:
-        """Each followed runner's status: ``(ended, error)``, or the exception of a dead or restarting actor."""
+        """Each followed runner's status: ``(ended, error, node)``, or the exception of a dead or restarting
+        actor."""
         refs = {self.actors[i].status.remote(): i for i in self.followed}
         ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         statuses: Dict[int, Any] = {}
@@ -336,23 +377,70 @@ class _Run:
                 statuses[refs[ref]] = exc
         return statuses
 
+    def _named_actors(self) -> set[str]:
+        """The names of the live or restarting actors in the strategy's namespace (Ray no longer lists an actor that
+        is dead for good, e.g. once its restarts are used up)."""
+        try:
+            listed = self.ray.util.list_named_actors(all_namespaces=True)
+        except Exception:  # the cluster cannot say now: count every runner as alive, ask again at the next poll
+            logger.debug("Could not list the named Ray actors.", exc_info=True)
+            return {f"{self.prefix}-runner-{i}" for i in range(len(self.actors))}
+        return {a["name"] for a in listed if a["namespace"] == self.strategy.namespace}
+
+    def _lose(self, i: int) -> None:
+        """Runner ``i`` is dead for good: warn and go on with the others, or fail the run when none is left."""
+        self.followed.discard(i)
+        self.lost.add(i)
+        restarts = self.strategy.max_restarts
+        if self.followed:
+            logger.warning(
+                "Ray runner %d (node %s) is gone for good (max_restarts=%d used up); the run goes on with %d runner(s).",
+                i,
+                self.nodes.get(i, "unknown"),
+                restarts,
+                len(self.followed),
+            )
+            return
+        lost = ", ".join(f"runner {j} on {self.nodes.get(j, 'an unknown node')}" for j in sorted(self.lost))
+        self.failure = RuntimeError(f"no Ray runner left: every runner is dead (max_restarts={restarts}): {lost}")
+        logger.error("%s; stopping the run.", self.failure)
+        self.event.set()
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._cancel_algorithm)
+
+    def _cancel_algorithm(self) -> None:
+        """In the driver's event loop: cancel the algorithm (``main`` then raises :attr:`failure`)."""
+        if self.algorithm_task is not None:
+            self.algorithm_task.cancel()
+
     def _monitor(self) -> None:
-        """Log the placement, then follow the runners: report deaths and restarts; a runner that failed stops all."""
+        """Log the placement, then follow the runners: report deaths and restarts, go on without a runner dead for
+        good (fail the run when none is left); a runner that failed stops all."""
         self._log_placement()
         down: set[int] = set()
         while not self.stopping.wait(MONITOR_INTERVAL_SECONDS) and self.followed:
-            for i, status in self._poll(MONITOR_INTERVAL_SECONDS * 2).items():
+            statuses = self._poll(MONITOR_INTERVAL_SECONDS * 2)
+            failing = any(isinstance(status, BaseException) for status in statuses.values())
+            named = self._named_actors() if failing else set()
+            for i, status in statuses.items():
                 if self.stopping.is_set():
                     return
                 if isinstance(status, BaseException):
-                    if i not in down:
+                    if f"{self.prefix}-runner-{i}" not in named:  # dead for good
+                        self._lose(i)
+                    elif i not in down:
                         down.add(i)
-                        logger.warning("Ray runner %d is down (Ray restarts it up to max_restarts): %s", i, status)
+                        logger.warning(
+                            "Ray runner %d (node %s) is down (Ray restarts it up to max_restarts): %s",
+                            i,
+                            self.nodes.get(i, "unknown"),
+                            status,
+                        )
                     continue
+                ended, error, self.nodes[i] = status
                 if i in down:
                     down.discard(i)
-                    logger.warning("Ray runner %d is running again.", i)
-                ended, error = status
+                    logger.warning("Ray runner %d is running again (node %s).", i, self.nodes[i])
                 if not ended:
                     continue
                 self.followed.discard(i)

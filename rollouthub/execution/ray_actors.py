@@ -87,7 +87,7 @@ class RunnerActor:
         """Ask the runner to stop (its stop event); it finishes the rollout it is running first."""
         self._event.set()
 
-    def status(self) -> Tuple[bool, Optional[str]]:
-        """``(ended, traceback of the runner's error or None)``, at once (actor methods never block: Ray may run a
-        call only after the ones before it)."""
-        return self._finished.is_set(), self._error
+    def status(self) -> Tuple[bool, Optional[str], str]:
+        """``(ended, traceback of the runner's error or None, node IP address)``, at once (actor methods never
+        block: Ray may run a call only after the ones before it)."""
+        return self._finished.is_set(), self._error, self.node

@@ -110,6 +110,9 @@ class LLMProxy:
         local_backends: Optional[Mapping[str, LocalPolicyBackend]] = None,
     ) -> None:
         """Validate the configuration; nothing is started (see :meth:`start`)."""
+        self.host_given = host is not None or launcher_args is not None
+        """Whether the user chose where the proxy binds (``host`` or ``launcher_args``); if not, an execution strategy
+        whose runners run on other machines may change it (:meth:`serve_for_remote_runners`)."""
         if launcher_args is not None:
             if port is not None or host is not None or launch_mode != "mp" or num_workers != 1:
                 raise ValueError(
@@ -288,6 +291,28 @@ class LLMProxy:
     def is_running(self) -> bool:
         """Whether the server is up."""
         return self.server_launcher.is_running()
+
+    def serve_for_remote_runners(self, host: str, access_host: str) -> bool:
+        """Bind ``host`` and advertise ``access_host`` instead of the loopback default, so that runners on other
+        machines reach the proxy at the endpoint it publishes; returns whether the address changed.
+
+        Nothing changes when the user gave ``host`` or ``launcher_args`` (their choice stands), or while the proxy
+        is running (a warning: it keeps its address until restarted). The port is kept.
+        """
+        if self.host_given:
+            return False
+        if self.is_running():
+            logger.warning(
+                "The LLM proxy is already running at %s: runners on other machines may not reach it (start it "
+                "inside the run, or give it host=).",
+                self.endpoint,
+            )
+            return False
+        self.launcher_args.host = host
+        self.launcher_args.access_host = access_host
+        self.server_launcher = PythonServerLauncher(None, self.launcher_args, self._serve_context)
+        logger.info("The LLM proxy will serve at %s (bound to %s) for runners on other machines.", self.endpoint, host)
+        return True
 
     # ------------------------------------------------------------------ resources
 

@@ -325,6 +325,9 @@ class Trainer:
             algorithm.set_initial_resources(self.initial_resources)
         if self.llm_proxy is not None:
             self.llm_proxy.set_store(store)
+            hosts = self.strategy.remote_runner_hosts()
+            if hosts is not None:  # runners on other machines: the proxy must not stay on loopback
+                self.llm_proxy.serve_for_remote_runners(*hosts)
             algorithm.set_llm_proxy(self.llm_proxy)
         try:
             if algorithm.is_async():
@@ -390,7 +393,8 @@ class Trainer:
         runner_bundle = functools.partial(self._runner_bundle, agent=agent)
         # An interrupted run cancels the rollouts it enqueued and no runner finished (see .interruption).
         enqueues = algorithm is not None and getattr(self.strategy, "role", "both") != "runner"
-        before = note_unfinished(self.store) if enqueues else None
+        run_store = self.strategy.run_store(self.store)  # e.g. a client to the server the algorithm uses
+        before = note_unfinished(run_store) if enqueues else None
         if getattr(self.strategy, "role", "both") != "algorithm":
             # Runners run here or in processes forked from here: import the tracer's heavy modules once, now.
             self.tracer.preload()
@@ -398,7 +402,7 @@ class Trainer:
             self.strategy.execute(with_progress_line(algorithm_bundle, self.progress), runner_bundle, self.store)
         interruption = getattr(self.strategy, "interrupted", None)
         if isinstance(interruption, BaseException):
-            cancel_interrupted_run(self.store, before, interruption)
+            cancel_interrupted_run(run_store, before, interruption)
             raise interruption
 
     def fit(

@@ -320,3 +320,25 @@ def test_payload_callbacks() -> None:
     assert AddReturnTokenIds().pre_call({}, kind="chat", deployment=official) == {}
     assert AddReturnTokenIds().pre_call({}, kind="embeddings", deployment=vllm) == {}
     assert AddLogprobs().pre_call({}, kind="completions", deployment=vllm) == {"logprobs": 1}
+
+
+async def test_serve_for_remote_runners_changes_only_a_default_address_of_a_stopped_proxy(
+    store: InMemoryLightningStore,
+) -> None:
+    default = LLMProxy(store=store, launch_mode="thread")
+    port = default.server_launcher.port
+    assert default.endpoint == f"http://127.0.0.1:{port}" and not default.host_given
+    assert default.serve_for_remote_runners("0.0.0.0", "10.1.2.3") is True
+    assert default.endpoint == f"http://10.1.2.3:{port}" and default.server_launcher.host == "0.0.0.0"
+    assert default.serve_for_remote_runners("0.0.0.0", "127.0.0.1") is True  # an address this test can reach
+    await default.start()  # it serves where it says, bound to every interface
+    try:
+        assert default.serve_for_remote_runners("0.0.0.0", "10.9.9.9") is False  # running: kept as it is
+        assert default.endpoint == f"http://127.0.0.1:{port}" and default.server_launcher.host == "0.0.0.0"
+    finally:
+        await default.stop()
+    chosen = LLMProxy(store=store, host="127.0.0.1", launch_mode="thread")
+    assert chosen.host_given and chosen.serve_for_remote_runners("0.0.0.0", "10.1.2.3") is False
+    assert chosen.endpoint.startswith("http://127.0.0.1:")
+    with_args = LLMProxy(store=store, launcher_args=PythonServerLauncherArgs(host="127.0.0.1", healthcheck_url="/h"))
+    assert with_args.serve_for_remote_runners("0.0.0.0", "10.1.2.3") is False

@@ -2,7 +2,8 @@
 each in its own namespace with its own address (``rollouthub.testing.ray_cluster``).
 
 First the cluster alone (a task pinned on each node reports that node's address), then a Trainer whose six runner
-actors spread over the three nodes (checked from the workers' heartbeat telemetry), then a worker node killed
+actors spread over the three nodes (checked from the workers' heartbeat telemetry) and call the LLM through the
+driver's LLM proxy (given no host: the strategy publishes it on the driver's address), then a worker node killed
 mid-run: every rollout ends per its retry config, none is lost or counted twice, and no actor of the run is left.
 
 Skipped where Ray is missing or network namespaces cannot be made (not root, no iproute2).
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
+import openai
 import psutil
 import pytest
 
@@ -25,11 +27,13 @@ pytest.importorskip("ray", reason="the ray tests need the ray extra: pip install
 from rollouthub.algorithm import Algorithm, Baseline
 from rollouthub.env_var import API_TOKEN_ENV
 from rollouthub.litagent import rollout
+from rollouthub.llm_proxy import LLMProxy
 from rollouthub.store.base import LightningStore
+from rollouthub.testing import MockOpenAIServer, last_user_message
 from rollouthub.testing.ray_cluster import RayCluster, ray_cluster, ray_cluster_unavailable_reason
 from rollouthub.tracer import OtelTracer
 from rollouthub.trainer import Trainer
-from rollouthub.types import EnqueueRolloutRequest, PromptTemplate, RolloutConfig
+from rollouthub.types import LLM, EnqueueRolloutRequest, NamedResources, PromptTemplate, RolloutConfig
 
 if TYPE_CHECKING:  # imported by the tests that use it: the cluster test runs without the strategy
     from rollouthub.execution.ray import RayExecutionStrategy
@@ -91,6 +95,41 @@ async def node_agent(task: int, prompt_template: PromptTemplate) -> float:
     return float(len(prompt_template.format(x=task)))
 
 
+@rollout
+async def llm_node_agent(task: int, llm: LLM) -> float:
+    """Ask the model behind the driver's LLM proxy (the endpoint it published); fail unless it answers."""
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="dummy", max_retries=0, timeout=30)
+    try:
+        response = await client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": f"task {task}"}]
+        )
+    finally:
+        await client.close()
+    assert response.choices[0].message.content == f"echo: task {task}", response
+    return 1.0
+
+
+class ProxyBaseline(Baseline):
+    """Baseline whose initial resources also publish the trainer's LLM proxy (started by then) as ``llm``."""
+
+    def get_initial_resources(self) -> Optional[NamedResources]:
+        """The prompt template and the proxy."""
+        proxy = self.get_llm_proxy()
+        assert proxy is not None and proxy.is_running()
+        return {**RESOURCES, "llm": proxy.as_resource()}
+
+
+class CountingUpstream:
+    """The model behind the proxy: echoes the last user message and counts the calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, request: Dict[str, Any]) -> str:
+        self.calls += 1
+        return f"echo: {last_user_message(request)}"
+
+
 class KillANodeMidRun(Algorithm):
     """Once every runner has reported its node, enqueue ``count`` rollouts whose lost attempts are retried
     (``timeout`` after :data:`ATTEMPT_TIMEOUT`, up to :data:`MAX_ATTEMPTS` attempts); once a third of them has
@@ -137,9 +176,9 @@ class KillANodeMidRun(Algorithm):
                 raise TimeoutError(f"only {len(done)} of {len(ids)} rollouts finished")
 
 
-def make_trainer(cluster: RayCluster, algorithm: Algorithm) -> Trainer:
+def make_trainer(cluster: RayCluster, algorithm: Algorithm, llm_proxy: Optional[LLMProxy] = None) -> Trainer:
     """Six runner actors spread over the cluster (half a CPU each: they still fit when a node is lost), the store
-    served by the driver on the head's non-loopback address."""
+    served by the driver on the head's non-loopback address (and the LLM proxy, when given one without a host)."""
     from rollouthub.execution.ray import RayExecutionStrategy
 
     strategy = RayExecutionStrategy(
@@ -158,6 +197,7 @@ def make_trainer(cluster: RayCluster, algorithm: Algorithm) -> Trainer:
         tracer=OtelTracer(),
         runner={"type": "rollouthub.runner.LitAgentRunner", "poll_interval": 0.05, "heartbeat_interval": 1.0},
         initial_resources=RESOURCES,
+        llm_proxy=llm_proxy,
         progress=False,
     )
 
@@ -207,12 +247,19 @@ def test_cluster_is_torn_down_when_the_body_fails() -> None:
     assert namespace.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-def test_trainer_runners_spread_over_all_nodes(
+def test_trainer_runners_spread_over_all_nodes_and_reach_the_llm_proxy(
     cluster: RayCluster, ray_driver: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(API_TOKEN_ENV, uuid.uuid4().hex)  # the store server requires it: it must reach the actors
-    trainer = make_trainer(cluster, Baseline(polling_interval=1.0, max_queue_length=12, span_verbosity="none"))
-    trainer.fit(node_agent, list(range(N_ROLLOUTS)))
+    upstream = CountingUpstream()
+    with MockOpenAIServer(reply=upstream) as mock:  # on the head's loopback: only the proxy (in the driver) calls it
+        model = {"model_name": "policy", "litellm_params": {"model": "hosted_vllm/m", "api_base": mock.base_url}}
+        proxy = LLMProxy(model_list=[model], launch_mode="thread")  # no host: the strategy decides
+        algorithm = ProxyBaseline(polling_interval=1.0, max_queue_length=12, span_verbosity="none")
+        trainer = make_trainer(cluster, algorithm, llm_proxy=proxy)
+        trainer.fit(llm_node_agent, list(range(N_ROLLOUTS)))
+    assert upstream.calls == N_ROLLOUTS  # one answered call per rollout, from runners on every node (below)
+    assert proxy.endpoint.startswith(f"http://{cluster.head_ip}:"), proxy.endpoint
     strategy = trainer.strategy
     assert type(strategy).__name__ == "RayExecutionStrategy" and strategy.run_id is not None
     assert actors_of(ray_driver, strategy) == []
@@ -221,9 +268,12 @@ def test_trainer_runners_spread_over_all_nodes(
         rollouts = await trainer.store.query_rollouts()
         attempts = [a for r in rollouts for a in await trainer.store.query_attempts(r.rollout_id)]
         workers = await trainer.store.query_workers()
-        return {"rollouts": rollouts, "attempts": attempts, "workers": workers}
+        resources = await trainer.store.get_latest_resources()
+        return {"rollouts": rollouts, "attempts": attempts, "workers": workers, "resources": resources}
 
     result = asyncio.run(outcome())
+    published = result["resources"].resources["llm"]
+    assert published.endpoint == proxy.endpoint and cluster.head_ip in published.endpoint  # what the runners used
     assert len(result["rollouts"]) == N_ROLLOUTS
     assert {r.status for r in result["rollouts"]} == {"succeeded"}
     assert len(result["attempts"]) == N_ROLLOUTS
@@ -231,6 +281,8 @@ def test_trainer_runners_spread_over_all_nodes(
     assert len(nodes) == N_RUNNERS, nodes
     assert set(nodes.values()) == {node.ip for node in cluster.nodes}, nodes  # runners ran on all three nodes
     assert {a.worker_id for a in result["attempts"]} <= set(nodes)
+    # Runners on every node (worker nodes included) did rollouts, each one an answered call through the proxy.
+    assert {nodes[a.worker_id] for a in result["attempts"]} == {node.ip for node in cluster.nodes}
 
 
 def test_a_worker_node_lost_mid_run(cluster: RayCluster, ray_driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,11 @@
-"""``RayExecutionStrategy`` on a local Ray cluster: a full ``Trainer.fit``, a runner actor killed mid-run, an
-algorithm that raises, and no actor of ours left alive after any of them."""
+"""``RayExecutionStrategy`` on a local Ray cluster: a full ``Trainer.fit``, a runner actor killed mid-run (restarted,
+or dead for good once its restarts are used up), an algorithm that raises, and no actor of ours left alive after any
+of them."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Dict, List
 
@@ -185,4 +187,75 @@ def test_algorithm_exception_ends_the_run_and_removes_the_actors(local_ray: Any)
     with pytest.raises(RuntimeError, match="on purpose"):
         trainer.fit(quick_agent)
     assert time.monotonic() - started < 60
+    assert_no_actor_alive(local_ray, strategy)
+
+
+def test_a_runner_dead_for_good_leaves_the_others_to_finish_the_run(
+    local_ray: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    n_rollouts = 8
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus_per_runner=0.5, max_restarts=0)
+    config = RolloutConfig(timeout_seconds=5.0, max_attempts=3, retry_condition=["timeout", "unresponsive"])
+    seen: Dict[str, Any] = {}
+
+    @algo
+    async def kill_one_runner_for_good(*, store: Any) -> None:
+        await store.add_resources(PROMPT)
+        ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
+        deadline = time.monotonic() + 60
+        while not (running := [a for a in await all_attempts(store, ids) if a.status in ACTIVE and a.worker_id]):
+            assert time.monotonic() < deadline, "no runner started a rollout"
+            await asyncio.sleep(0.05)
+        seen["victim"] = int(running[0].worker_id.split("-")[-1])
+        name = actor_names(strategy)[seen["victim"]]
+        local_ray.kill(local_ray.get_actor(name, namespace=strategy.namespace), no_restart=False)  # 0 restarts left
+        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=1.0)) < n_rollouts:
+            assert time.monotonic() < deadline + 60, "the rollouts did not all end"
+        seen["rollouts"] = await store.query_rollouts()
+        seen["attempts"] = await all_attempts(store, ids)
+
+    trainer = agl.Trainer(
+        algorithm=kill_one_runner_for_good,
+        strategy=strategy,
+        runner={"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 0.5},
+        store=InMemoryLightningStore(thread_safe=True),
+    )
+    with caplog.at_level(logging.WARNING, logger="rollouthub.execution.ray"):
+        trainer.fit(slow_agent)
+    assert [r.status for r in seen["rollouts"]] == ["succeeded"] * n_rollouts  # the other runner did them all
+    victim, node = seen["victim"], local_ray.util.get_node_ip_address()
+    assert [a.worker_id for a in seen["attempts"] if a.status == "timeout"] == [f"Worker-{victim}"]  # then retried
+    warnings = [r.getMessage() for r in caplog.records if "gone for good" in r.getMessage()]
+    assert warnings == [
+        f"Ray runner {victim} (node {node}) is gone for good (max_restarts=0 used up); the run goes on with 1 runner(s)."
+    ], warnings
+    assert_no_actor_alive(local_ray, strategy)
+
+
+def test_every_runner_dead_for_good_fails_the_run_at_once(local_ray: Any) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus_per_runner=0.5, max_restarts=0)
+
+    @algo
+    async def kill_every_runner(*, store: Any) -> None:
+        await store.add_resources(PROMPT)
+        ids = [(await store.enqueue_rollout(input={"q": str(i)})).rollout_id for i in range(4)]
+
+        def kill_all() -> None:
+            for name in actor_names(strategy):
+                actor = local_ray.get_actor(name, namespace=strategy.namespace)
+                local_ray.get(actor.node_ip.remote(), timeout=60)  # it runs: then it dies
+                local_ray.kill(actor, no_restart=False)
+
+        await asyncio.to_thread(kill_all)
+        await store.wait_for_rollouts(rollout_ids=ids, timeout=240)  # nobody is left to run them: the run must end
+
+    trainer = agl.Trainer(algorithm=kill_every_runner, strategy=strategy)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError) as failed:
+        trainer.fit(slow_agent)
+    assert time.monotonic() - started < 60
+    node = local_ray.util.get_node_ip_address()
+    assert str(failed.value) == (
+        f"no Ray runner left: every runner is dead (max_restarts=0): runner 0 on {node}, runner 1 on {node}"
+    )
     assert_no_actor_alive(local_ray, strategy)
