@@ -138,17 +138,17 @@ async def _statistics(store_url: str) -> Dict[str, Any]:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the quickstart; returns the process exit code (0 done, 1 failed, 2 bad usage, 130/143 interrupted)."""
     args = build_parser().parse_args(argv)
-    with sigterm_raises():
-        try:
+    try:
+        with sigterm_raises():
             return _run(args)
-        except QuickstartError as exc:
-            print(f"rollouthub quickstart: error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM (Terminated)
-            code = exit_code_of(exc)
-            how = "SIGTERM" if code == 143 else "Ctrl+C"
-            print(f"Interrupted: {how} stopped the run before it finished (exit {code}).", file=sys.stderr)
-            return code
+    except QuickstartError as exc:
+        print(f"rollouthub quickstart: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM (Terminated)
+        code = exit_code_of(exc)
+        how = "SIGTERM" if code == 143 else "Ctrl+C"
+        print(f"Interrupted: {how} stopped the run before it finished (exit {code}).", file=sys.stderr)
+        return code
 
 
 def _backend(args: argparse.Namespace) -> Backend:

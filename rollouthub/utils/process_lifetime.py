@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 __all__ = [
     "Terminated",
@@ -61,6 +61,11 @@ def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
     """While active, SIGTERM raises :class:`Terminated` in the main thread (outside it: does nothing).
 
     With ``only_if_default``, only when SIGTERM has its default action (a handler somebody installed stays).
+
+    Python drops an exception raised while it runs a finaliser or a weak-reference callback ("Exception ignored
+    in ..."), so a SIGTERM landing there would be lost. While active, such a dropped :class:`Terminated` is caught
+    through ``sys.unraisablehook`` (other reports go to the previous hook) and raised again when the body ends
+    without an exception: a terminated run never reports success.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -68,14 +73,26 @@ def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
     if only_if_default and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
+    dropped: List[BaseException] = []
+    previous_hook = sys.unraisablehook
 
     def handler(signum: int, frame: Any) -> None:
         raise Terminated(f"signal {signum} (SIGTERM)")
 
+    def unraisable_hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Terminated):
+            dropped.append(unraisable.exc_value)
+        else:
+            previous_hook(unraisable)
+
     previous = signal.signal(signal.SIGTERM, handler)
+    sys.unraisablehook = unraisable_hook
     try:
         yield
+        if dropped:  # the handler's exception was dropped by the interpreter (see above)
+            raise dropped[0]
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
 
 

@@ -61,6 +61,34 @@ def test_sigterm_raises_terminated_so_finally_blocks_run() -> None:
     assert exit_code_of(KeyboardInterrupt()) == 130 and exit_code_of(Terminated()) == 143
 
 
+def test_a_sigterm_dropped_inside_a_finaliser_is_raised_when_the_block_ends() -> None:
+    # Python drops an exception raised in a finaliser ("Exception ignored in ..."): the SIGTERM must not be lost.
+    code = textwrap.dedent(
+        """
+        import os, signal, sys
+        from rollouthub.utils.process_lifetime import exit_code_of, sigterm_raises
+
+        class SignalledWhileFinalised:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler runs here, inside the finaliser, and its exception is dropped
+                    pass
+
+        try:
+            with sigterm_raises():
+                SignalledWhileFinalised()
+                print("body finished", flush=True)
+        except KeyboardInterrupt as exc:
+            print(type(exc).__name__, flush=True)
+            sys.exit(exit_code_of(exc))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 143, (result.stdout, result.stderr)
+    assert result.stdout.split("\n")[:2] == ["body finished", "Terminated"]
+    assert "Exception ignored" not in result.stderr
+
+
 def test_sigterm_raises_restores_the_previous_handler_and_respects_a_custom_one() -> None:
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_raises():
