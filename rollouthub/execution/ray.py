@@ -1,8 +1,9 @@
 """``RayExecutionStrategy``: the algorithm in the driver, the runners as Ray actors across a cluster.
 
 The runners talk HTTP to a store server exactly as in the client-server strategy (spans go over OTLP/HTTP, never
-through Ray's object store): either a server the strategy starts around the given store in the driver, or existing
-``rollouthub store`` servers given by ``store_url``. Ray places the runner actors (spread across nodes, or packed in a
+through Ray's object store): a server the strategy starts around the given store in the driver, an existing
+``rollouthub store`` server given by ``store_url``, or store servers the strategy starts as Ray actors on the nodes
+named by ``store_nodes`` over one database (``store_backend``). Ray places the runner actors (spread across nodes, or packed in a
 placement group), restarts them when they die, and forwards their logs to the driver. See ``docs/ray.md``.
 
 Ray is the ``ray`` extra; it is imported only when the strategy runs.
@@ -17,7 +18,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 from rollouthub.env_var import API_TOKEN_ENV, resolve_api_token
 from rollouthub.store.base import LightningStore
@@ -25,7 +26,7 @@ from rollouthub.utils.process_lifetime import quiet_interrupted_tasks
 
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .events import ThreadingEvent
-from .ray_actors import RunnerActor
+from .ray_actors import RunnerActor, StoreServerActor
 
 __all__ = ["RayExecutionStrategy", "MISSING_RAY_MESSAGE"]
 
@@ -38,6 +39,11 @@ Placement = Literal["spread", "pack"]
 
 MONITOR_INTERVAL_SECONDS = 1.0
 """How often the driver asks the runner actors how they are."""
+
+STORE_RESTART_HEALTH_DELAYS = (0.1, 0.2, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0, 5.0)
+"""The health-probe schedule of the clients of ``store_nodes`` servers (runners and algorithm): after a failed call a
+client probes the server for about 15 s before the call fails, long enough for Ray to restart a server actor that
+died, so that the calls in flight meanwhile go through once it serves again."""
 
 
 def _import_ray() -> Any:
@@ -63,7 +69,14 @@ class RayExecutionStrategy(ExecutionStrategy):
             placement group with one bundle per runner, removed at the end).
         store_url: the URL of an existing ``rollouthub store`` server (e.g. on PostgreSQL); the runners and the
             algorithm use a client to it and the store given to :meth:`execute` is not used. ``None``: the strategy
-            serves the given store from the driver, like the client-server strategy.
+            serves the given store from the driver, like the client-server strategy (or starts ``store_nodes``).
+        store_nodes: IP addresses of Ray nodes on which the strategy starts one store server actor each, serving
+            ``store_backend`` on ``store_port``; runner ``i`` uses server ``i % len(store_nodes)``, the algorithm the
+            first. Ray restarts a server that dies (``max_restarts``) on its node, where its clients find it again.
+            The store given to :meth:`execute` is not used.
+        store_backend: the database of the ``store_nodes`` servers: a PostgreSQL URL (several servers share it), or a
+            SQLite file on the node (one server only).
+        store_port: the port of the ``store_nodes`` servers (fixed, so that a restarted server keeps its address).
         server_host: bind host of that server, and of the LLM proxy when it was given no host (default
             ``"0.0.0.0"``).
         advertise_host: the address runners use to reach the driver's store server and LLM proxy (default: the
@@ -89,6 +102,9 @@ class RayExecutionStrategy(ExecutionStrategy):
         resources_per_runner: Optional[Dict[str, float]] = None,
         placement: Placement = "spread",
         store_url: Optional[str] = None,
+        store_nodes: Optional[Sequence[str]] = None,
+        store_backend: Optional[str] = None,
+        store_port: int = 4747,
         server_host: Optional[str] = None,
         advertise_host: Optional[str] = None,
         server_port: Optional[int] = None,
@@ -107,6 +123,24 @@ class RayExecutionStrategy(ExecutionStrategy):
             raise ValueError("num_cpus_per_runner and num_gpus_per_runner must not be negative.")
         if max_restarts < -1:
             raise ValueError(f"max_restarts must be -1 (unlimited) or more, got {max_restarts}.")
+        store_nodes = list(store_nodes or [])
+        if store_nodes:
+            from rollouthub.store.locations import parse_backend
+
+            if store_url:
+                raise ValueError("store_url and store_nodes both name the store; give one.")
+            if store_backend is None:
+                raise ValueError("store_nodes needs store_backend: the database the store servers open.")
+            if len(set(store_nodes)) != len(store_nodes):
+                raise ValueError(f"store_nodes names a node twice: {store_nodes}.")
+            backend = parse_backend(store_backend, allow_memory=False)
+            store_backend = backend.url  # a SQLite path made absolute
+            if backend.kind != "postgresql" and len(store_nodes) > 1:
+                raise ValueError("several store_nodes need a PostgreSQL store_backend (a SQLite file has one server).")
+        elif store_backend is not None:
+            raise ValueError("store_backend is the database of the store_nodes servers; give store_nodes too.")
+        if not 1 <= store_port <= 65535:
+            raise ValueError(f"store_port must be 1-65535, got {store_port}.")
         self.address = address
         self.n_runners = n_runners
         self.num_cpus_per_runner = num_cpus_per_runner
@@ -114,6 +148,9 @@ class RayExecutionStrategy(ExecutionStrategy):
         self.resources_per_runner = dict(resources_per_runner or {})
         self.placement: Placement = placement
         self.store_url = store_url.rstrip("/") if store_url else None
+        self.store_nodes = store_nodes
+        self.store_backend = store_backend
+        self.store_port = store_port
         self.server_host = server_host or "0.0.0.0"
         self.advertise_host = advertise_host
         self.server_port = server_port
@@ -127,7 +164,12 @@ class RayExecutionStrategy(ExecutionStrategy):
         """The id of the last run; its actors are named ``rollouthub-<run_id>-runner-<i>``."""
 
     def __repr__(self) -> str:
-        store = f"store_url={self.store_url!r}" if self.store_url else f"server={self.server_host}:{self.server_port}"
+        if self.store_url:
+            store = f"store_url={self.store_url!r}"
+        elif self.store_nodes:
+            store = f"store_nodes={self.store_nodes!r}, store_port={self.store_port}"
+        else:
+            store = f"server={self.server_host}:{self.server_port}"
         return (
             f"RayExecutionStrategy(address={self.address!r}, n_runners={self.n_runners}, "
             f"placement={self.placement!r}, {store})"
@@ -146,7 +188,8 @@ class RayExecutionStrategy(ExecutionStrategy):
         return self.server_host, self.driver_host()
 
     def run_store(self, store: LightningStore) -> LightningStore:
-        """With ``store_url``, a client to that server (the store the algorithm uses); otherwise ``store``."""
+        """With ``store_url``, a client to that server (the store the algorithm uses); otherwise ``store`` (with
+        ``store_nodes`` the algorithm gets a client to the first server when the run starts)."""
         if self.store_url is None:
             return store
         from rollouthub.store.client import LightningStoreClient
@@ -207,6 +250,7 @@ class _Run:
         strategy.run_id = self.run_id
         self.prefix = strategy.actor_prefix(self.run_id)
         self.actors: List[Any] = []
+        self.store_servers: List[Any] = []  # the store server actors (``store_nodes``)
         self.followed: set[int] = set()  # worker ids of the runners not known to have ended
         self.lost: set[int] = set()  # worker ids of the runners dead for good (their restarts used up)
         self.nodes: Dict[int, str] = {}  # the last known node of each runner
@@ -221,7 +265,8 @@ class _Run:
     # -- the driver side ----------------------------------------------------------------------------------------------
 
     async def main(self, algorithm: AlgorithmBundle) -> None:
-        """Serve the store (unless ``store_url``), start the runners, run the algorithm, stop the runners."""
+        """Serve the store (unless ``store_url``; on the ``store_nodes``), start the runners, run the algorithm, stop
+        the runners."""
         self.loop = asyncio.get_running_loop()
         quiet_interrupted_tasks(self.loop)
         strategy = self.strategy
@@ -229,11 +274,14 @@ class _Run:
         client: Optional[Any] = None
         token = resolve_api_token()
         try:
-            if strategy.store_url is not None:
+            if strategy.store_url is not None or strategy.store_nodes:
                 from rollouthub.store.client import LightningStoreClient
 
-                url = strategy.store_url
-                client = LightningStoreClient(url)
+                if strategy.store_url is not None:
+                    urls = [strategy.store_url]
+                else:
+                    urls = await asyncio.to_thread(self.start_store_servers, token)
+                client = LightningStoreClient(urls[0], **self.client_options())
                 algorithm_store: LightningStore = client
             else:
                 from rollouthub.store.server import LightningStoreServer
@@ -242,9 +290,9 @@ class _Run:
                 port = strategy.server_port or pick_free_port(strategy.server_host)
                 server = LightningStoreServer(self.store, host=strategy.server_host, port=port, api_token=token)
                 await server.start()
-                url = f"http://{_url_host(strategy.driver_host())}:{port}"
+                urls = [f"http://{_url_host(strategy.driver_host())}:{port}"]
                 algorithm_store = server
-            await asyncio.to_thread(self.start_runners, url, token)
+            await asyncio.to_thread(self.start_runners, urls, token)
             if self.failure is not None:  # every runner was lost before the algorithm started
                 raise self.failure
             self.algorithm_task = asyncio.ensure_future(algorithm(algorithm_store, self.event))
@@ -276,8 +324,52 @@ class _Run:
             if client is not None:
                 await client.close()
 
-    def start_runners(self, store_url: str, token: Optional[str]) -> None:
-        """Create the placement group (``pack``) and one named runner actor per worker id; start the monitor."""
+    def client_options(self) -> Dict[str, Any]:
+        """Keyword arguments of the run's store clients: with ``store_nodes``, a health-probe schedule that outlasts
+        the restart of a server actor."""
+        if self.strategy.store_nodes:
+            return {"health_retry_delays": STORE_RESTART_HEALTH_DELAYS}
+        return {}
+
+    def _runtime_env(self, token: Optional[str]) -> Dict[str, Any]:
+        """The runtime environment of the run's actors: the strategy's, plus the API token."""
+        env_vars = dict(self.strategy.runtime_env.get("env_vars") or {})
+        if token:
+            env_vars[API_TOKEN_ENV] = token
+        return {**self.strategy.runtime_env, "env_vars": env_vars}
+
+    def start_store_servers(self, token: Optional[str]) -> List[str]:
+        """One store server actor on each of the ``store_nodes`` (node affinity, not soft); their URLs once they
+        serve."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray, strategy = self.ray, self.strategy
+        alive = {node["NodeManagerAddress"]: node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+        for ip in strategy.store_nodes:
+            if ip not in alive:
+                raise RuntimeError(f"store_nodes: no live Ray node at {ip} (live nodes: {', '.join(sorted(alive))}).")
+        remote_class = ray.remote(StoreServerActor)
+        log_level = logging.getLogger().getEffectiveLevel()
+        for k, ip in enumerate(strategy.store_nodes):
+            actor = remote_class.options(
+                name=f"{self.prefix}-store-{k}",
+                namespace=strategy.namespace,
+                max_restarts=strategy.max_restarts,
+                max_task_retries=0,
+                max_concurrency=2,
+                num_cpus=0,  # the server's CPU is not reserved: runners are placed as if it were not there
+                runtime_env=self._runtime_env(token),
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=alive[ip], soft=False),
+            ).remote(strategy.store_backend, strategy.server_host, strategy.store_port, log_level)
+            self.store_servers.append(actor)
+        statuses = ray.get([actor.status.remote() for actor in self.store_servers], timeout=strategy.start_timeout)
+        urls = [url for url, _ in statuses]
+        logger.info("Started %d store server actor(s) %s-store-*: %s", len(urls), self.prefix, ", ".join(urls))
+        return urls
+
+    def start_runners(self, store_urls: List[str], token: Optional[str]) -> None:
+        """Create the placement group (``pack``) and one named runner actor per worker id (runner ``i`` uses
+        ``store_urls[i % len(store_urls)]``); start the monitor."""
         ray, strategy = self.ray, self.strategy
         resources: Dict[str, float] = {}
         if strategy.num_cpus_per_runner:
@@ -294,10 +386,7 @@ class _Run:
                 [resources] * strategy.n_runners, strategy="PACK", name=f"{self.prefix}-pg"
             )
             ray.get(self.placement_group.ready(), timeout=strategy.start_timeout)
-        env_vars = dict(strategy.runtime_env.get("env_vars") or {})
-        if token:
-            env_vars[API_TOKEN_ENV] = token
-        runtime_env = {**strategy.runtime_env, "env_vars": env_vars}
+        runtime_env = self._runtime_env(token)
         remote_class = ray.remote(RunnerActor)
         log_level = logging.getLogger().getEffectiveLevel()
         for i in range(strategy.n_runners):
@@ -319,14 +408,16 @@ class _Run:
                 )
             else:
                 options["scheduling_strategy"] = "SPREAD"
-            actor = remote_class.options(**options).remote(self.runner, i, store_url, log_level)
+            actor = remote_class.options(**options).remote(
+                self.runner, i, store_urls[i % len(store_urls)], log_level, self.client_options()
+            )
             self.actors.append(actor)
             self.followed.add(i)
         logger.info(
             "Started %d Ray runner actor(s) %s-runner-* using the store at %s.",
             len(self.actors),
             self.prefix,
-            store_url,
+            ", ".join(store_urls),
         )
         self.monitor = threading.Thread(target=self._monitor, name=f"{self.prefix}-monitor", daemon=True)
         self.monitor.start()
@@ -418,7 +509,9 @@ class _Run:
         good (fail the run when none is left); a runner that failed stops all."""
         self._log_placement()
         down: set[int] = set()
+        servers_down: set[int] = set()
         while not self.stopping.wait(MONITOR_INTERVAL_SECONDS) and self.followed:
+            self._watch_store_servers(servers_down)
             statuses = self._poll(MONITOR_INTERVAL_SECONDS * 2)
             failing = any(isinstance(status, BaseException) for status in statuses.values())
             named = self._named_actors() if failing else set()
@@ -449,6 +542,27 @@ class _Run:
                     self.event.set()
                     for actor in self.actors:
                         actor.stop.remote()
+
+    def _watch_store_servers(self, down: set[int]) -> None:
+        """Log a store server actor that is down (Ray restarts it on its node) and when it serves again."""
+        if not self.store_servers:
+            return
+        refs = {actor.status.remote(): k for k, actor in enumerate(self.store_servers)}
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=MONITOR_INTERVAL_SECONDS)
+        for ref in ready:
+            k = refs[ref]
+            try:
+                url, pid = self.ray.get(ref)
+            except Exception as exc:  # dead, or being restarted by Ray
+                if k not in down:
+                    down.add(k)
+                    logger.warning(
+                        "Store server %d (node %s) is down (Ray restarts it): %s", k, self.strategy.store_nodes[k], exc
+                    )
+                continue
+            if k in down:
+                down.discard(k)
+                logger.warning("Store server %d serves again at %s (process %d).", k, url, pid)
 
     def stop_runners(self) -> None:
         """Ask every runner to stop and wait up to ``graceful_timeout`` for them to end."""
@@ -486,6 +600,17 @@ class _Run:
         self.actors.clear()
         if self.monitor is not None:
             self.monitor.join(timeout=5.0)
+        if self.store_servers:  # after the runners: they may still be finishing their last calls
+            try:
+                self.ray.get([actor.stop.remote() for actor in self.store_servers], timeout=10.0)
+            except Exception:
+                logger.debug("Could not stop a store server actor gracefully.", exc_info=True)
+        for actor in self.store_servers:
+            try:
+                self.ray.kill(actor, no_restart=True)
+            except Exception:
+                logger.debug("Could not kill a store server actor.", exc_info=True)
+        self.store_servers.clear()
         if self.placement_group is not None:
             try:
                 self.ray.util.remove_placement_group(self.placement_group)

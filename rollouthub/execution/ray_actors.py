@@ -11,14 +11,14 @@ import logging
 import os
 import threading
 import traceback
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from rollouthub.env_var import RUNNER_NODE_ENV
+from rollouthub.env_var import RUNNER_NODE_ENV, resolve_api_token
 
 from .base import RunnerBundle
 from .events import ThreadingEvent
 
-__all__ = ["RunnerActor"]
+__all__ = ["RunnerActor", "StoreServerActor"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +37,17 @@ class RunnerActor:
         store_url: the root URL of the store server the runner uses.
         log_level: the level of the process's root logger when nothing configured it (Ray forwards the actor's
             output to the driver, prefixed by ``runner-<worker_id>``).
+        client_options: keyword arguments of the runner's ``LightningStoreClient`` (e.g. its retry schedules).
     """
 
-    def __init__(self, runner: RunnerBundle, worker_id: int, store_url: str, log_level: int = logging.INFO) -> None:
+    def __init__(
+        self,
+        runner: RunnerBundle,
+        worker_id: int,
+        store_url: str,
+        log_level: int = logging.INFO,
+        client_options: Optional[Dict[str, Any]] = None,
+    ) -> None:
         import ray
 
         if not logging.getLogger().handlers:
@@ -48,6 +56,7 @@ class RunnerActor:
         self.node = ray.util.get_node_ip_address()
         os.environ[RUNNER_NODE_ENV] = self.node  # read by the runner's heartbeats (worker telemetry)
         self._store_url = store_url
+        self._client_options = dict(client_options or {})
         self._event = ThreadingEvent()
         self._finished = threading.Event()
         self._error: Optional[str] = None
@@ -70,7 +79,7 @@ class RunnerActor:
     async def _run(self, runner: RunnerBundle) -> None:
         from rollouthub.store.client import LightningStoreClient
 
-        client = LightningStoreClient(self._store_url)
+        client = LightningStoreClient(self._store_url, **self._client_options)
         try:
             await runner(client, self.worker_id, self._event)
         finally:
@@ -91,3 +100,48 @@ class RunnerActor:
         """``(ended, traceback of the runner's error or None, node IP address)``, at once (actor methods never
         block: Ray may run a call only after the ones before it)."""
         return self._finished.is_set(), self._error, self.node
+
+
+class StoreServerActor:
+    """A ``rollouthub store`` server in a Ray actor, pinned by the strategy to a node it names.
+
+    The server serves the database at ``backend`` (a PostgreSQL URL, or a SQLite file on that node) on ``host:port``
+    with the bearer token of ``ROLLOUTHUB_API_TOKEN`` (put in the actor's environment by the strategy). Ray re-creates a
+    restarted actor with the same arguments on the same node, so the server comes back at the same address and its
+    clients reconnect (their retries cover the restart); the database keeps the data.
+
+    Args:
+        backend: the database the server opens (``postgresql://...`` or ``sqlite:///...``).
+        host: bind host (``"0.0.0.0"``: every interface of the node).
+        port: the port, the same on every restart.
+        log_level: the level of the process's root logger when nothing configured it.
+    """
+
+    def __init__(self, backend: str, host: str, port: int, log_level: int = logging.INFO) -> None:
+        import ray
+
+        from rollouthub.store.server import LightningStoreServer
+        from rollouthub.store.sql import SqlLightningStore
+
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.node = ray.util.get_node_ip_address()
+        self.port = port
+        self._server = LightningStoreServer(
+            SqlLightningStore(backend), host=host, port=port, api_token=resolve_api_token()
+        )
+        asyncio.run(self._server.start())  # raises when the port is taken or the database cannot be opened
+        logger.info("Store server on %s:%d (process %d).", self.node, port, os.getpid())
+
+    def __repr__(self) -> str:
+        """``store-<node>:<port>``: Ray prefixes the actor's forwarded log lines with it."""
+        return f"store-{getattr(self, 'node', '?')}:{getattr(self, 'port', '?')}"
+
+    def status(self) -> Tuple[str, int]:
+        """``(root URL of the server, process id)``, at once."""
+        host = f"[{self.node}]" if ":" in self.node else self.node
+        return f"http://{host}:{self.port}", os.getpid()
+
+    def stop(self) -> None:
+        """Stop the server (the strategy kills the actor afterwards)."""
+        asyncio.run(self._server.stop())
