@@ -6,6 +6,7 @@ APO must discover the keyword through its beam search.
 
     python examples/apo_builtin.py                 # client-server strategy, 2 runner processes
     python examples/apo_builtin.py --strategy shm  # shared memory, 1 runner thread
+    python examples/apo_builtin.py --strategy ray  # 2 runner actors on a local Ray cluster (the ray extra)
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ def build(strategy: str = "cs", port: Optional[int] = None) -> tuple[Trainer, AP
         trainer = Trainer(
             tracer=OtelTracer(), strategy={"type": "shm", "main_thread": "algorithm", "n_runners": 1}, **common
         )
+    elif strategy == "ray":
+        from apo_custom_algorithm_trainer import ray_strategy  # the examples' Ray set-up (this directory's modules)
+
+        trainer = Trainer(strategy=ray_strategy(n_runners=2), **common)
     else:
         raise ValueError(f"unknown strategy {strategy!r}")
     return trainer, apo, stub
@@ -123,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--strategy", choices=["cs", "shm"], default="cs")
+    parser.add_argument("--strategy", choices=["cs", "shm", "ray"], default="cs")
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")

@@ -110,8 +110,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def ray_strategy(n_runners: int = 1) -> Dict[str, Any]:
+    """The ``"ray"`` strategy of the examples (a local Ray cluster unless Ray is already connected): the runner actors
+    import the agent's module from this directory (``PYTHONPATH``: the nodes share this file system; on a cluster
+    whose nodes do not, ship it with ``ray_init_kwargs={"runtime_env": {"working_dir": ...}}``) and get this
+    process's OpenAI variables (the LLM the agent calls)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env_vars = {name: os.environ[name] for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY") if name in os.environ}
+    env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    return {"type": "ray", "n_runners": n_runners, "runtime_env": {"env_vars": env_vars}}
+
+
 def build_trainer(strategy: str, port: Optional[int] = None) -> Trainer:
-    """The Trainer of scenario B for ``strategy`` ``"cs"`` (default tracer) or ``"shm"`` (OtelTracer)."""
+    """The Trainer of scenario B for ``strategy`` ``"cs"`` (default tracer), ``"shm"`` (OtelTracer) or ``"ray"`` (one
+    runner actor on a local Ray cluster, or on the one Ray is connected to; needs the ``ray`` extra)."""
     runner = {"type": "rollouthub.runner.LitAgentRunner", "heartbeat_interval": 0.5, "poll_interval": 0.2}
     if strategy == "cs":
         return Trainer(n_runners=1, algorithm=apo_algorithm, runner=runner, port=port or _free_port())
@@ -125,6 +137,8 @@ def build_trainer(strategy: str, port: Optional[int] = None) -> Trainer:
             tracer=OtelTracer(),
             strategy={"type": "shm", "main_thread": "algorithm"},
         )
+    if strategy == "ray":
+        return Trainer(algorithm=apo_algorithm, runner=runner, strategy=ray_strategy())
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
@@ -148,7 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--strategy", choices=["cs", "shm"], default="cs")
+    parser.add_argument("--strategy", choices=["cs", "shm", "ray"], default="cs")
     parser.add_argument("--port", type=int, default=None, help="Store server port (client-server strategy).")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")

@@ -592,12 +592,7 @@ class _Run:
         """Kill every actor of the run and remove its placement group (idempotent; errors are logged)."""
         self.stopping.set()
         self.event.set()
-        for actor in self.actors:
-            try:
-                self.ray.kill(actor, no_restart=True)
-            except Exception:
-                logger.debug("Could not kill a Ray runner actor.", exc_info=True)
-        self.actors.clear()
+        self._kill_actors(self.actors, "a Ray runner actor")
         if self.monitor is not None:
             self.monitor.join(timeout=5.0)
         if self.store_servers:  # after the runners: they may still be finishing their last calls
@@ -605,18 +600,22 @@ class _Run:
                 self.ray.get([actor.stop.remote() for actor in self.store_servers], timeout=10.0)
             except Exception:
                 logger.debug("Could not stop a store server actor gracefully.", exc_info=True)
-        for actor in self.store_servers:
-            try:
-                self.ray.kill(actor, no_restart=True)
-            except Exception:
-                logger.debug("Could not kill a store server actor.", exc_info=True)
-        self.store_servers.clear()
+        self._kill_actors(self.store_servers, "a store server actor")
         if self.placement_group is not None:
             try:
                 self.ray.util.remove_placement_group(self.placement_group)
             except Exception:
                 logger.warning("Could not remove the placement group %s-pg.", self.prefix, exc_info=True)
             self.placement_group = None
+
+    def _kill_actors(self, actors: List[Any], what: str) -> None:
+        """Kill each of ``actors`` for good (no restart) and empty the list; a failure is logged naming ``what``."""
+        for actor in actors:
+            try:
+                self.ray.kill(actor, no_restart=True)
+            except Exception:
+                logger.debug("Could not kill %s.", what, exc_info=True)
+        actors.clear()
 
 
 def _url_host(host: str) -> str:

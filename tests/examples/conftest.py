@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Iterator
 
@@ -22,10 +23,17 @@ def load_example(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-@pytest.fixture()
-def mock_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
+@contextmanager
+def scenario_b_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
     """The scenario-B mock LLM (``apo_custom_algorithm_trainer.mock_reply``) as ``OPENAI_BASE_URL``."""
     with MockOpenAIServer(reply=load_example("apo_custom_algorithm_trainer").mock_reply) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+        yield server
+
+
+@pytest.fixture()
+def mock_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockOpenAIServer]:
+    """:func:`scenario_b_llm` for one test."""
+    with scenario_b_llm(monkeypatch) as server:
         yield server

@@ -37,6 +37,12 @@ async def _check_store(store: Any, example: Any) -> None:
 
 @pytest.mark.parametrize("strategy", ["cs", "shm"])
 def test_scenario_b(strategy: str, example: Any, mock_llm: MockOpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
+    check_scenario_b(example, strategy, mock_llm, caplog)
+
+
+def check_scenario_b(example: Any, strategy: str, mock_llm: MockOpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Run scenario B with ``strategy`` against ``mock_llm`` (already ``OPENAI_BASE_URL``) and check the search, the
+    store and the LLM calls (also run on ``"ray"`` by the ray leg)."""
     with caplog.at_level(logging.INFO, logger="apo_custom_algorithm_trainer"):
         trainer = example.run(strategy)
     assert "Best prompt found: 'You are a knowledgeable AI. {any_question}' with reward 0.9" in caplog.text

@@ -12,7 +12,7 @@ from .conftest import load_example
 pytestmark = pytest.mark.timeout(180)
 
 
-async def _check(store: Any, apo: Any) -> None:
+async def _check_store(store: Any, apo: Any) -> None:
     resources = {r.resources_id for r in await store.query_resources()}
     assert {apo.resources_id_of(v) for v in ("v0", "v1", "v2")} <= resources
     rollouts = list(await store.query_rollouts())
@@ -22,7 +22,11 @@ async def _check(store: Any, apo: Any) -> None:
 
 @pytest.mark.parametrize("strategy", ["cs", "shm"])
 def test_scenario_c(strategy: str) -> None:
-    example = load_example("apo_builtin")
+    check_scenario_c(load_example("apo_builtin"), strategy)
+
+
+def check_scenario_c(example: Any, strategy: str) -> None:
+    """Run scenario C with ``strategy`` and check APO's search and the store (also run on ``"ray"`` by the ray leg)."""
     trainer, apo, stub = example.run(strategy)
     # The seed scores 0.2 on the full validation set.
     assert apo.history[0][0] == "initial" and apo.history[0][1] == "v0"
@@ -33,4 +37,4 @@ def test_scenario_c(strategy: str) -> None:
     assert stub.count(example.EDIT_MODEL) == width * branch * rounds
     # At least one candidate contained the keyword and scored 1.0 during selection.
     assert any(phase == "select" and score == pytest.approx(1.0) for phase, _, score in apo.history)
-    asyncio.run(_check(trainer.store, apo))
+    asyncio.run(_check_store(trainer.store, apo))

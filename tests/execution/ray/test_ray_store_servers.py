@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 
@@ -20,6 +20,8 @@ from rollouthub.execution.ray import RayExecutionStrategy
 from rollouthub.types import RolloutConfig
 from rollouthub.utils.server_launcher import pick_free_port
 from tests.store.sql_backends import drop_pg_schema, postgres_url
+
+from .helpers import all_attempts, assert_each_succeeded_once, rollouts_and_workers, wait_all_ended
 
 pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
@@ -92,16 +94,10 @@ def test_store_server_actor_on_a_named_node(local_ray: Any, database: str, monke
     assert_none_of_ours(local_ray, strategy)
     assert not answers(f"http://{node}:{port}")  # the server went with its actor
 
-    async def summary() -> Any:
-        from rollouthub.store.sql import SqlLightningStore
+    from rollouthub.store.sql import SqlLightningStore
 
-        store = SqlLightningStore(database)  # the database itself: what the servers wrote is there
-        try:
-            return await store.query_rollouts(), await store.query_workers()
-        finally:
-            await store.close()
-
-    rollouts, workers = asyncio.run(summary())
+    # The database itself: what the servers wrote is there.
+    rollouts, workers = asyncio.run(rollouts_and_workers(SqlLightningStore(database)))
     assert len(rollouts) == 12 and {r.status for r in rollouts} == {"succeeded"}
     assert len(asyncio.run(trainer.store.query_rollouts())) == 0  # the trainer's own store is not used
     assert {w.worker_id for w in workers} == {"Worker-0", "Worker-1"}
@@ -140,26 +136,17 @@ def test_a_killed_store_server_actor_is_restarted_and_the_run_goes_on(
             server_status_once_restarted, local_ray, name, strategy.namespace, pid
         )
         seen["pid"] = pid
-        while len(ended := await store.wait_for_rollouts(rollout_ids=ids, timeout=0.05)) < n_rollouts:
-            assert time.monotonic() < deadline + 120, f"only {len(ended)} of {n_rollouts} rollouts ended"
-            await asyncio.sleep(0.2)
+        await wait_all_ended(store, ids, timeout=180)
         seen["rollouts"] = await store.query_rollouts()
-        seen["attempts"] = [a for rollout_id in ids for a in await store.query_attempts(rollout_id)]
+        seen["attempts"] = await all_attempts(store, ids)
 
     trainer = agl.Trainer(algorithm=kill_the_store_server, strategy=strategy)
     trainer.fit(paced_agent)
     url, new_pid = seen["restarted"]
     assert url == seen["url"] and new_pid != seen["pid"]  # same address, new process
-    rollouts, attempts = seen["rollouts"], seen["attempts"]
-    assert len(rollouts) == n_rollouts
-    by_rollout: Dict[str, List[Any]] = {}
-    for attempt in attempts:
-        by_rollout.setdefault(attempt.rollout_id, []).append(attempt)
-    for rollout in rollouts:  # every rollout ended per its config (an attempt that timed out meanwhile was retried)
-        tries = by_rollout[rollout.rollout_id]
-        assert rollout.status == "succeeded", (rollout, tries)
-        assert 1 <= len(tries) <= config.max_attempts
-        assert [a.status for a in tries].count("succeeded") == 1
+    assert len(seen["rollouts"]) == n_rollouts
+    # Every rollout ended per its config (an attempt that timed out meanwhile was retried).
+    assert_each_succeeded_once(seen["rollouts"], seen["attempts"], config)
     assert_none_of_ours(local_ray, strategy)
 
 

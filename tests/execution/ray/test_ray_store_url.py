@@ -21,6 +21,8 @@ from rollouthub.store.client import LightningStoreClient
 from rollouthub.utils.server_launcher import pick_free_port
 from tests.store.sql_backends import drop_pg_schema, postgres_url
 
+from .helpers import rollouts_and_workers
+
 pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
 pytestmark = pytest.mark.timeout(300)
@@ -73,14 +75,7 @@ def test_runners_use_a_postgres_store_server_with_a_token(local_ray: Any, monkey
         )
         trainer.fit(quick_agent, train_dataset=[{"q": str(i)} for i in range(10)])
 
-        async def summary() -> Any:
-            client = LightningStoreClient(url, api_token=TOKEN)
-            try:
-                return await client.query_rollouts(), await client.query_workers()
-            finally:
-                await client.close()
-
-        rollouts, workers = asyncio.run(summary())
+        rollouts, workers = asyncio.run(rollouts_and_workers(LightningStoreClient(url, api_token=TOKEN)))
         assert len(rollouts) == 10 and {r.status for r in rollouts} == {"succeeded"}
         assert len(asyncio.run(trainer.store.query_rollouts())) == 0  # the trainer's own store is not used
         assert {w.worker_id for w in workers} == {"Worker-0", "Worker-1"}

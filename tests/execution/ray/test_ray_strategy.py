@@ -18,11 +18,11 @@ from rollouthub.execution.ray import RayExecutionStrategy
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.types import RolloutConfig
 
+from .helpers import all_attempts, assert_each_succeeded_once, busy_runner, wait_all_ended
+
 pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
 pytestmark = pytest.mark.timeout(300)
-
-ACTIVE = ("preparing", "running")  # an attempt is "preparing" until its first span
 
 PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
 
@@ -49,10 +49,6 @@ class TrainerAwareAgent(agl.LitAgent[Dict[str, Any]]):
 def actor_names(strategy: RayExecutionStrategy) -> List[str]:
     assert strategy.run_id is not None
     return [f"{strategy.actor_prefix(strategy.run_id)}-runner-{i}" for i in range(strategy.n_runners)]
-
-
-async def all_attempts(store: Any, rollout_ids: List[str]) -> List[Any]:
-    return [attempt for rollout_id in rollout_ids for attempt in await store.query_attempts(rollout_id)]
 
 
 def node_once_restarted(ray: Any, name: str, namespace: str, timeout: float = 60.0) -> str:
@@ -134,15 +130,10 @@ def test_killed_runner_actor_is_restarted_and_every_rollout_ends_per_its_retry_c
         await store.add_resources(PROMPT)
         ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
         # Wait until a runner is executing a rollout, then kill its actor (Ray restarts it: no_restart=False).
-        deadline = time.monotonic() + 60
-        while not (running := [a for a in await all_attempts(store, ids) if a.status in ACTIVE and a.worker_id]):
-            assert time.monotonic() < deadline, "no runner started a rollout"
-            await asyncio.sleep(0.05)
-        name = actor_names(strategy)[int(running[0].worker_id.split("-")[-1])]
+        name = actor_names(strategy)[await busy_runner(store, ids)]
         local_ray.kill(local_ray.get_actor(name, namespace=strategy.namespace), no_restart=False)
         seen["restarted_node"] = await asyncio.to_thread(node_once_restarted, local_ray, name, strategy.namespace)
-        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=1.0)) < n_rollouts:
-            assert time.monotonic() < deadline + 60, "the rollouts did not all end"
+        await wait_all_ended(store, ids, timeout=120)
         seen["rollouts"] = await store.query_rollouts()
         seen["attempts"] = await all_attempts(store, ids)
 
@@ -154,17 +145,10 @@ def test_killed_runner_actor_is_restarted_and_every_rollout_ends_per_its_retry_c
     )
     trainer.fit(slow_agent)
     assert seen["restarted_node"] == local_ray.util.get_node_ip_address()
-    rollouts, attempts = seen["rollouts"], seen["attempts"]
-    assert len(rollouts) == n_rollouts
-    by_rollout: Dict[str, List[Any]] = {}
-    for attempt in attempts:
-        by_rollout.setdefault(attempt.rollout_id, []).append(attempt)
-    for rollout in rollouts:  # every rollout ended per its config: retried after the lost attempt, never twice done
-        tries = by_rollout[rollout.rollout_id]
-        assert rollout.status == "succeeded", (rollout, tries)
-        assert 1 <= len(tries) <= config.max_attempts
-        assert [a.status for a in tries].count("succeeded") == 1
-    assert any(len(tries) > 1 for tries in by_rollout.values()), "the killed runner's attempt was not retried"
+    assert len(seen["rollouts"]) == n_rollouts
+    # Every rollout ended per its config: retried after the lost attempt, never twice done.
+    retried = assert_each_succeeded_once(seen["rollouts"], seen["attempts"], config)
+    assert retried > 0, "the killed runner's attempt was not retried"
     assert_no_actor_alive(local_ray, strategy)
 
 
@@ -202,15 +186,10 @@ def test_a_runner_dead_for_good_leaves_the_others_to_finish_the_run(
     async def kill_one_runner_for_good(*, store: Any) -> None:
         await store.add_resources(PROMPT)
         ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
-        deadline = time.monotonic() + 60
-        while not (running := [a for a in await all_attempts(store, ids) if a.status in ACTIVE and a.worker_id]):
-            assert time.monotonic() < deadline, "no runner started a rollout"
-            await asyncio.sleep(0.05)
-        seen["victim"] = int(running[0].worker_id.split("-")[-1])
+        seen["victim"] = await busy_runner(store, ids)
         name = actor_names(strategy)[seen["victim"]]
         local_ray.kill(local_ray.get_actor(name, namespace=strategy.namespace), no_restart=False)  # 0 restarts left
-        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=1.0)) < n_rollouts:
-            assert time.monotonic() < deadline + 60, "the rollouts did not all end"
+        await wait_all_ended(store, ids, timeout=120)
         seen["rollouts"] = await store.query_rollouts()
         seen["attempts"] = await all_attempts(store, ids)
 
