@@ -360,7 +360,7 @@ class _Run:
                 num_cpus=0,  # the server's CPU is not reserved: runners are placed as if it were not there
                 runtime_env=self._runtime_env(token),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=alive[ip], soft=False),
-            ).remote(strategy.store_backend, strategy.server_host, strategy.store_port, log_level)
+            ).remote(strategy.store_backend, strategy.store_port, log_level)
             self.store_servers.append(actor)
         statuses = ray.get([actor.status.remote() for actor in self.store_servers], timeout=strategy.start_timeout)
         urls = [url for url, _ in statuses]

@@ -105,19 +105,18 @@ class RunnerActor:
 class StoreServerActor:
     """A ``rollouthub store`` server in a Ray actor, pinned by the strategy to a node it names.
 
-    The server serves the database at ``backend`` (a PostgreSQL URL, or a SQLite file on that node) on ``host:port``
-    with the bearer token of ``ROLLOUTHUB_API_TOKEN`` (put in the actor's environment by the strategy). Ray re-creates a
-    restarted actor with the same arguments on the same node, so the server comes back at the same address and its
+    The server serves the database at ``backend`` (a PostgreSQL URL, or a SQLite file on that node) on the node's
+    address (the one its clients are given; never the driver's bind host) and ``port``, with the bearer token of
+    ``ROLLOUTHUB_API_TOKEN`` (put in the actor's environment by the strategy). Ray re-creates a restarted actor with the same arguments on the same node, so the server comes back at the same address and its
     clients reconnect (their retries cover the restart); the database keeps the data.
 
     Args:
         backend: the database the server opens (``postgresql://...`` or ``sqlite:///...``).
-        host: bind host (``"0.0.0.0"``: every interface of the node).
         port: the port, the same on every restart.
         log_level: the level of the process's root logger when nothing configured it.
     """
 
-    def __init__(self, backend: str, host: str, port: int, log_level: int = logging.INFO) -> None:
+    def __init__(self, backend: str, port: int, log_level: int = logging.INFO) -> None:
         import ray
 
         from rollouthub.store.server import LightningStoreServer
@@ -128,7 +127,7 @@ class StoreServerActor:
         self.node = ray.util.get_node_ip_address()
         self.port = port
         self._server = LightningStoreServer(
-            SqlLightningStore(backend), host=host, port=port, api_token=resolve_api_token()
+            SqlLightningStore(backend), host=self.node, port=port, api_token=resolve_api_token()
         )
         asyncio.run(self._server.start())  # raises when the port is taken or the database cannot be opened
         logger.info("Store server on %s:%d (process %d).", self.node, port, os.getpid())

@@ -11,7 +11,8 @@ nothing in the product may assume loopback (advertised URLs, wake-ups, authentic
 Each namespace gets one veth pair in its own ``/30`` subnet of a random ``10.x.y.0/24`` block: the namespace side is
 ``address`` (``.2``, ``.6``, ...), the root side ``gateway`` (``.1``, ``.5``, ...), and the namespace's default route
 goes through its gateway -- so every namespace reaches every gateway address (the root namespace routes between
-its interfaces), but not the root namespace's loopback. Names carry the process id and a random suffix (several runs
+its interfaces), but not the root namespace's loopback; with ``route_between=True`` the root namespace also forwards
+from one namespace to another (IPv4 forwarding on while they exist), so they reach each other's addresses. Names carry the process id and a random suffix (several runs
 may share the machine); everything is deleted on exit, also when the body fails, and namespaces left behind by a
 killed process are removed by the next run of this process id... or by ``ip netns del`` (their names start with
 ``rhns``).
@@ -83,11 +84,41 @@ def _free_block() -> str:
     raise RuntimeError("no free 10.x.y.0/24 block for the namespaces' veth pairs")
 
 
+IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
+"""The root namespace's IPv4 forwarding switch: on, it routes packets between the namespaces' veth pairs."""
+
+
 @contextmanager
-def network_namespaces(count: int) -> Iterator[List[Host]]:
-    """Create ``count`` (1-60) namespaces, each joined to the root namespace by a veth pair; delete them on exit."""
+def ip_forwarding() -> Iterator[None]:
+    """IPv4 forwarding on in the root namespace for the body (namespaces then reach each other's addresses, as the
+    machines of a real network do); the previous setting is restored on exit. A machine-wide switch: runs that
+    share the machine and also need it must not overlap."""
+    with open(IP_FORWARD) as switch:
+        previous = switch.read().strip()
+    if previous == "1":
+        yield
+        return
+    with open(IP_FORWARD, "w") as switch:
+        switch.write("1")
+    try:
+        yield
+    finally:
+        with open(IP_FORWARD, "w") as switch:
+            switch.write(previous)
+
+
+@contextmanager
+def network_namespaces(count: int, route_between: bool = False) -> Iterator[List[Host]]:
+    """Create ``count`` (1-60) namespaces, each joined to the root namespace by a veth pair; delete them on exit.
+
+    With ``route_between`` the root namespace also forwards between them (:func:`ip_forwarding`): each namespace
+    reaches the others' addresses, not only the gateways."""
     if not 1 <= count <= 60:
         raise ValueError(f"count must be between 1 and 60, got {count}")
+    if route_between:
+        with ip_forwarding(), network_namespaces(count) as hosts:
+            yield hosts
+        return
     tag = f"{os.getpid() % 100000}{uuid.uuid4().hex[:3]}"
     prefix = _free_block()
     hosts: List[Host] = []

@@ -2,7 +2,8 @@
 
 The head node runs in the root network namespace, bound to a non-loopback address (the gateway of a
 :mod:`rollouthub.testing.netns` namespace); each worker node runs in its own network namespace with its own
-address, joined with ``ray start --address <head>``. Every node is a ``ray start --block`` child process in its own
+address, joined with ``ray start --address <head>``; the nodes reach each other's addresses (the root namespace
+forwards between the namespaces while the cluster runs), as the machines of a real cluster do. Every node is a ``ray start --block`` child process in its own
 session, so one node can be killed (every process of it, not ``ray stop``, which would stop every Ray process on the
 machine) and the whole cluster is torn down on exit, also when the body fails::
 
@@ -364,7 +365,7 @@ def ray_cluster(
             hosts: List[Optional[Host]] = [None] * n_worker_nodes
             head_ip = "127.0.0.1"
             if use_namespaces:
-                namespaces = stack.enter_context(network_namespaces(max(n_worker_nodes, 1)))
+                namespaces = stack.enter_context(network_namespaces(max(n_worker_nodes, 1), route_between=True))
                 head_ip = namespaces[0].gateway
                 hosts = list(namespaces[:n_worker_nodes])
             taken: List[range] = []  # worker-port ranges of this cluster's nodes never overlap

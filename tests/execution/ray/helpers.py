@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.error
+import urllib.request
 from typing import Any, Dict, List, Sequence, Tuple
 
 from rollouthub.types import RolloutConfig
@@ -55,3 +57,12 @@ async def rollouts_and_workers(store: Any) -> Tuple[Any, Any]:
         return await store.query_rollouts(), await store.query_workers()
     finally:
         await store.close()
+
+
+def answers(url: str) -> bool:
+    """Whether a store server answers ``GET /v1/agl/health`` at ``url``."""
+    try:
+        with urllib.request.urlopen(url + "/v1/agl/health", timeout=2) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False

@@ -3,8 +3,9 @@ each in its own namespace with its own address (``rollouthub.testing.ray_cluster
 
 First the cluster alone (a task pinned on each node reports that node's address), then a Trainer whose six runner
 actors spread over the three nodes (checked from the workers' heartbeat telemetry) and call the LLM through the
-driver's LLM proxy (given no host: the strategy publishes it on the driver's address), then a worker node killed
-mid-run: every rollout ends per its retry config, none is lost or counted twice, and no actor of the run is left.
+driver's LLM proxy (given no host: the strategy publishes it on the driver's address), then a store server the
+strategy places on a worker node, then a worker node killed mid-run: every rollout ends per its retry config, none is
+lost or counted twice, and no actor of the run is left.
 
 Skipped where Ray is missing or network namespaces cannot be made (not root, no iproute2).
 """
@@ -34,6 +35,8 @@ from rollouthub.testing.ray_cluster import RayCluster, ray_cluster, ray_cluster_
 from rollouthub.tracer import OtelTracer
 from rollouthub.trainer import Trainer
 from rollouthub.types import LLM, EnqueueRolloutRequest, NamedResources, PromptTemplate, RolloutConfig
+
+from .helpers import answers, rollouts_and_workers
 
 if TYPE_CHECKING:  # imported by the tests that use it: the cluster test runs without the strategy
     from rollouthub.execution.ray import RayExecutionStrategy
@@ -176,9 +179,12 @@ class KillANodeMidRun(Algorithm):
                 raise TimeoutError(f"only {len(done)} of {len(ids)} rollouts finished")
 
 
-def make_trainer(cluster: RayCluster, algorithm: Algorithm, llm_proxy: Optional[LLMProxy] = None) -> Trainer:
+def make_trainer(
+    cluster: RayCluster, algorithm: Algorithm, llm_proxy: Optional[LLMProxy] = None, **strategy_options: Any
+) -> Trainer:
     """Six runner actors spread over the cluster (half a CPU each: they still fit when a node is lost), the store
-    served by the driver on the head's non-loopback address (and the LLM proxy, when given one without a host)."""
+    served by the driver on the head's non-loopback address unless ``strategy_options`` place store servers (and
+    the LLM proxy, when given one without a host)."""
     from rollouthub.execution.ray import RayExecutionStrategy
 
     strategy = RayExecutionStrategy(
@@ -189,6 +195,7 @@ def make_trainer(cluster: RayCluster, algorithm: Algorithm, llm_proxy: Optional[
         server_host=cluster.head_ip,
         advertise_host=cluster.head_ip,
         graceful_timeout=10.0,
+        **strategy_options,
     )
     return Trainer(
         algorithm=algorithm,
@@ -283,6 +290,32 @@ def test_trainer_runners_spread_over_all_nodes_and_reach_the_llm_proxy(
     assert {a.worker_id for a in result["attempts"]} <= set(nodes)
     # Runners on every node (worker nodes included) did rollouts, each one an answered call through the proxy.
     assert {nodes[a.worker_id] for a in result["attempts"]} == {node.ip for node in cluster.nodes}
+
+
+def test_the_store_server_runs_on_a_named_worker_node(
+    cluster: RayCluster, ray_driver: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``store_nodes`` names the second worker node: the strategy starts the store server there (a SQLite file: the
+    nodes share the file system, only the network is per namespace); runners on all three nodes reach it at that
+    node's address; after the run the server and every actor are gone and the database holds every rollout."""
+    from rollouthub.store.sql import SqlLightningStore
+
+    monkeypatch.setenv(API_TOKEN_ENV, uuid.uuid4().hex)  # the store server requires it: it must reach the actors
+    store_node, database = cluster.nodes[2], tmp_path / "store.db"
+    algorithm = Baseline(polling_interval=1.0, max_queue_length=12, span_verbosity="none")
+    trainer = make_trainer(
+        cluster, algorithm, store_nodes=[store_node.ip], store_backend=f"sqlite:///{database}", store_port=4747
+    )
+    trainer.fit(node_agent, list(range(60)))
+    strategy = trainer.strategy
+    assert type(strategy).__name__ == "RayExecutionStrategy" and strategy.run_id is not None
+    assert actors_of(ray_driver, strategy) == []  # the store server actor included
+    assert not answers(f"http://{store_node.ip}:4747")  # the server went with its actor
+    assert len(asyncio.run(trainer.store.query_rollouts())) == 0  # the trainer's own store is not used
+    rollouts, workers = asyncio.run(rollouts_and_workers(SqlLightningStore(f"sqlite:///{database}")))
+    assert len(rollouts) == 60 and {r.status for r in rollouts} == {"succeeded"}
+    nodes = {w.worker_id: (w.heartbeat_stats or {}).get("node") for w in workers}
+    assert set(nodes.values()) == {node.ip for node in cluster.nodes}, nodes  # runners on all three nodes
 
 
 def test_a_worker_node_lost_mid_run(cluster: RayCluster, ray_driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.error
-import urllib.request
 import uuid
 from typing import Any, Dict, Iterator, Tuple
 
@@ -21,7 +19,7 @@ from rollouthub.types import RolloutConfig
 from rollouthub.utils.server_launcher import pick_free_port
 from tests.store.sql_backends import drop_pg_schema, postgres_url
 
-from .helpers import all_attempts, assert_each_succeeded_once, rollouts_and_workers, wait_all_ended
+from .helpers import all_attempts, answers, assert_each_succeeded_once, rollouts_and_workers, wait_all_ended
 
 pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
@@ -45,15 +43,6 @@ def database() -> Iterator[str]:
     sep = "&" if "?" in url else "?"
     yield f"{url}{sep}schema={schema}"
     asyncio.run(drop_pg_schema(url, schema))
-
-
-def answers(url: str) -> bool:
-    """Whether a store server answers ``GET /v1/agl/health`` at ``url``."""
-    try:
-        with urllib.request.urlopen(url + "/v1/agl/health", timeout=2) as response:
-            return response.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
 
 
 def server_status_once_restarted(
