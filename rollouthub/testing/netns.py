@@ -116,8 +116,8 @@ def network_namespaces(count: int, route_between: bool = False) -> Iterator[List
     if not 1 <= count <= 60:
         raise ValueError(f"count must be between 1 and 60, got {count}")
     if route_between:
-        with ip_forwarding(), network_namespaces(count) as hosts:
-            yield hosts
+        with ip_forwarding(), network_namespaces(count) as routed:
+            yield routed
         return
     tag = f"{os.getpid() % 100000}{uuid.uuid4().hex[:3]}"
     prefix = _free_block()
