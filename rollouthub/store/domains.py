@@ -180,7 +180,7 @@ def _suspect(value: Any, depth: int) -> bool:
             values = node
         elif kind in models or _is_model_type(kind):
             values = node.__dict__.values()
-            extra = node.__pydantic_extra__
+            extra = node.model_extra
             if extra:
                 push((extra, level))  # extra fields sit at the level of the declared ones
         else:
@@ -245,7 +245,7 @@ def _locate(value: Any, path: str, depth: int) -> Optional[Tuple[str, str]]:
             continue
         if isinstance(item, BaseModel):
             children: Dict[str, Any] = item.__dict__
-            extra = item.__pydantic_extra__
+            extra = item.model_extra
             if extra:
                 children = {**children, **extra}
         elif isinstance(item, dict):

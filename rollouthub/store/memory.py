@@ -84,7 +84,7 @@ _ALLOCATION_OVERHEAD = 8
 
 def estimate_memory_bytes(value: Any) -> int:
     """Real memory held by ``value`` (a stored span): like :func:`estimate_model_size`, plus what that estimate leaves
-    out -- each model's ``__dict__`` and ``__pydantic_fields_set__``, extra fields, mapping keys -- and the allocator's
+    out -- each model's ``__dict__`` and ``model_fields_set``, extra fields, mapping keys -- and the allocator's
     rounding. Within a few percent of the RSS a stored span costs (measured: 5.9/6.7/11.4 KB per span of 2/8/40
     attributes holding 2 KB of text against estimates of 6.3/7.1/11.7 KB; :func:`estimate_model_size` gives
     3.6/3.9/6.1 KB)."""
@@ -103,9 +103,9 @@ def estimate_memory_bytes(value: Any) -> int:
             continue
         if isinstance(item, BaseModel):
             attributes = item.__dict__
-            total += getsizeof(attributes) + getsizeof(item.__pydantic_fields_set__) + 2 * overhead
+            total += getsizeof(attributes) + getsizeof(item.model_fields_set) + 2 * overhead
             extend(attributes.values())
-            extra = item.__pydantic_extra__
+            extra = item.model_extra
             if extra:
                 append(extra)
         elif isinstance(item, dict):

@@ -260,7 +260,7 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
 
         def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
             if payload:
-                self._waiters.wake_ids(payload.split(","))
+                self._rollout_waiters.wake_ids(payload.split(","))
             else:
                 self._wake_waiters()
 

@@ -130,7 +130,7 @@ class AttemptsMixin(StoreCore[T_collections]):
             self._queue_seen_empty_at = -math.inf
             self._queue_waiters.notify(queued)
         if finished:
-            self._waiters.wake(finished)
+            self._rollout_waiters.wake(finished)
             await self._on_rollouts_finished(list(finished))
 
     async def _on_rollouts_updated(self, rollouts: Sequence[Tuple[Rollout, Sequence[str]]]) -> None:

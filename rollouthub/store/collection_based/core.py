@@ -177,7 +177,7 @@ class StoreCore(LightningStore, Generic[T_collections]):
             self._launch_time - scan_debounce_seconds if scan_debounce_seconds > 0 else self._launch_time
         )
         self._scan_in_progress = False
-        self._waiters = RolloutWaiters()
+        self._rollout_waiters = RolloutWaiters()
         self._queue_waiters = QueueWaiters()
         self._queue_seen_empty_at = -math.inf  # monotonic time of the last look that found the queue empty
         self._queue_generation = 0  # bumped whenever rollouts are queued in this process

@@ -148,7 +148,7 @@ class WaitsMixin(StoreCore[T_collections]):
 
     def _wake_waiters(self) -> None:
         """Wake every ``wait_for_rollouts`` caller so it re-reads the store (for cross-process notifiers)."""
-        self._waiters.wake_all()
+        self._rollout_waiters.wake_all()
 
     def _cross_process_poll_interval(self) -> Optional[float]:
         """How often waiters re-read when other processes may finish rollouts (``None``: in-process only)."""
@@ -162,7 +162,7 @@ class WaitsMixin(StoreCore[T_collections]):
         deadline = None if timeout is None else loop.time() + timeout
         remaining = set(rollout_ids)
         finished: Dict[str, Rollout] = {}
-        waiter = self._waiters.register(remaining)
+        waiter = self._rollout_waiters.register(remaining)
         read_store = True  # first pass, after a wake-up without a payload, after a slice without any wake-up
         try:
             while True:
@@ -199,7 +199,7 @@ class WaitsMixin(StoreCore[T_collections]):
                 if not woken and deadline is None:
                     await self._scan_for_unhealthy_rollouts()
         finally:
-            self._waiters.unregister(waiter)
+            self._rollout_waiters.unregister(waiter)
         return [finished[r] for r in rollout_ids if r in finished]
 
     @tracked("wait_for_rollout")
