@@ -15,7 +15,8 @@ After each run the spans of the proxied calls are counted (3 per call) so a fast
 
 ``--base DIR`` runs the same measurements with the proxy of another checkout (e.g. a copy of main) in the same run,
 alternating with this tree (store server and mock still from this tree), and prints both tables and their ratios; with
-``--rounds N`` the trees alternate N times and the medians are reported. Examples::
+``--rounds N`` the trees alternate N times and the medians are reported. ``--proxy-workers N`` serves the proxy with
+N processes behind one port (``LLMProxy(num_workers=N)``; its CPU figure is then theirs together). Examples::
 
     python benchmarks/llm_proxy.py --calls 400
     python benchmarks/llm_proxy.py --calls 400 --base /tmp/proxy-base --json-out proxy.jsonl
@@ -67,8 +68,9 @@ def role_mock() -> None:
     server.stop()
 
 
-def role_proxy(store_url: str, mock_base_url: str) -> None:
-    """Serve the LLM proxy (``mp`` mode, the default) in front of the mock until stdin closes."""
+def role_proxy(store_url: str, mock_base_url: str, num_workers: int = 1) -> None:
+    """Serve the LLM proxy (``mp`` mode, the default, with ``num_workers`` server processes behind one port) in front
+    of the mock until stdin closes."""
     from rollouthub.llm_proxy import LLMProxy
     from rollouthub.store.client import LightningStoreClient
 
@@ -77,7 +79,12 @@ def role_proxy(store_url: str, mock_base_url: str) -> None:
         model_list = [
             {"model_name": "policy", "litellm_params": {"model": "hosted_vllm/upstream", "api_base": mock_base_url}}
         ]
-        proxy = LLMProxy(host="127.0.0.1", store=client, model_list=model_list)  # type: ignore[arg-type]
+        proxy = LLMProxy(
+            host="127.0.0.1",
+            store=client,  # type: ignore[arg-type]
+            model_list=model_list,
+            num_workers=num_workers,
+        )
         await proxy.start()
         _announce({"endpoint": proxy.endpoint, "pid": os.getpid()})
         await asyncio.get_running_loop().run_in_executor(None, _wait_for_stdin_close)
@@ -234,14 +241,21 @@ async def drive(urls: Sequence[str], n_calls: int, concurrency: int, stream: boo
 
 
 async def measure(
-    tree_name: str, tree: str, concurrencies: Sequence[int], n_calls: int, modes: Sequence[bool]
+    tree_name: str,
+    tree: str,
+    concurrencies: Sequence[int],
+    n_calls: int,
+    modes: Sequence[bool],
+    proxy_workers: int = 1,
 ) -> List[Row]:
-    """Start store, mock and proxy from ``tree`` and measure every (concurrency, mode)."""
+    """Start store, mock and proxy (``proxy_workers`` server processes) from ``tree`` and measure every
+    (concurrency, mode)."""
     from rollouthub.store.client import LightningStoreClient
 
     store = Store(REPO)  # the store server and the mock always come from this tree: only the proxy differs
     mock = Child(REPO, "mock")
-    proxy = Child(tree, "proxy", "--store-url", store.endpoint, "--mock-url", mock.endpoint + "/v1")
+    proxy_args = ["--store-url", store.endpoint, "--mock-url", mock.endpoint + "/v1"]
+    proxy = Child(tree, "proxy", *proxy_args, "--proxy-workers", str(proxy_workers))
     client = LightningStoreClient(store.endpoint)
     rows: List[Row] = []
     try:
@@ -351,6 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=1, help="rounds, alternating the trees; medians reported (1)")
     p.add_argument("--base", default=None, help="another checkout to measure in the same run (e.g. main)")
     p.add_argument("--json-out", default=None, help="append the rows as JSON lines to this file")
+    p.add_argument(
+        "--proxy-workers",
+        type=int,
+        default=1,
+        help="proxy server processes behind one port (LLMProxy num_workers; CPU counts all of them) (1)",
+    )
     p.add_argument("--role", choices=["mock", "proxy"], default=None, help=argparse.SUPPRESS)
     p.add_argument("--store-url", default="", help=argparse.SUPPRESS)
     p.add_argument("--mock-url", default="", help=argparse.SUPPRESS)
@@ -364,7 +384,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         role_mock()
         return 0
     if args.role == "proxy":
-        role_proxy(args.store_url, args.mock_url)
+        role_proxy(args.store_url, args.mock_url, args.proxy_workers)
         return 0
     modes = {"plain": [False], "stream": [True], "both": [False, True]}[args.mode]
     trees = [("this", REPO)] + ([("base", os.path.abspath(args.base))] if args.base else [])
@@ -372,7 +392,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs: List[Row] = []
     for _ in range(args.rounds):  # trees alternate round by round, so background load hits both alike
         for name, tree in trees:
-            runs += asyncio.run(measure(name, tree, args.concurrency, args.calls, modes))
+            runs += asyncio.run(measure(name, tree, args.concurrency, args.calls, modes, args.proxy_workers))
     rows = median_rows(runs)
     print(f"\nmedian of {args.rounds} round(s); ms per call; added = proxied minus direct percentile")
     print_rows(rows)
