@@ -274,7 +274,16 @@ class LightningStore:
         metadata: Dict[str, Any] | None = None,
         worker_id: str | None = None,
     ) -> AttemptedRollout:
-        """Create a rollout with its first attempt, bypassing the queue."""
+        """Create a rollout with its first attempt, bypassing the queue: the arguments as one
+        :class:`~rollouthub.types.EnqueueRolloutRequest` (taken as given, checked where the store checks them),
+        answered by :meth:`_start_rollout`, which a store implements."""
+        request = EnqueueRolloutRequest.model_construct(
+            input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
+        )
+        return await self._start_rollout(request, worker_id)
+
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
+        """Answer :meth:`start_rollout` (its arguments as ``request``; ``worker_id`` for the first attempt)."""
         raise NotImplementedError()
 
     async def enqueue_rollout(
@@ -285,7 +294,15 @@ class LightningStore:
         config: RolloutConfig | None = None,
         metadata: Dict[str, Any] | None = None,
     ) -> Rollout:
-        """Create a rollout and append it to the queue."""
+        """Create a rollout and append it to the queue: the arguments as one
+        :class:`~rollouthub.types.EnqueueRolloutRequest` (taken as given), answered by :meth:`_enqueue_rollout`."""
+        request = EnqueueRolloutRequest.model_construct(
+            input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
+        )
+        return await self._enqueue_rollout(request)
+
+    async def _enqueue_rollout(self, request: EnqueueRolloutRequest) -> Rollout:
+        """Answer :meth:`enqueue_rollout` (its arguments as ``request``)."""
         raise NotImplementedError()
 
     async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> Sequence[Rollout]:
@@ -450,8 +467,15 @@ class LightningStore:
         readable_span: ReadableSpan,
         sequence_id: int | None = None,
     ) -> Span | None:
-        """Convert and insert an OpenTelemetry SDK span, allocating a sequence id when none is given."""
-        raise NotImplementedError()
+        """Convert an OpenTelemetry SDK span with ``Span.from_opentelemetry`` (allocating a sequence id with
+        :meth:`get_next_span_sequence_id` when none is given) and store it with :meth:`add_span`; ``None`` when the
+        store already had it."""
+        if sequence_id is None:
+            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
+        span = Span.from_opentelemetry(
+            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
+        )
+        return await self.add_span(span)
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         """Allocate the next span sequence id of a rollout (one counter per rollout)."""

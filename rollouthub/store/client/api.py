@@ -28,10 +28,7 @@ from rollouthub.types import (
     PaginatedResult,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
     Span,
-    TaskInput,
     Worker,
 )
 from rollouthub.types.queries import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
@@ -57,7 +54,7 @@ from .transport import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
+    pass
 
 DEQUEUE_WAIT_SLICE_SECONDS = 1.0
 """Longest single long-poll request of ``dequeue_rollout_or_wait`` (a runner told to stop notices within it)."""
@@ -105,6 +102,18 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return to_jsonable_python(value)
+
+
+def _request_body(request: EnqueueRolloutRequest) -> Dict[str, Any]:
+    """The wire form of a rollout request built by ``start_rollout``/``enqueue_rollout`` (taken as given: plain JSON
+    data of its input, config and metadata)."""
+    return {
+        "input": _jsonable(request.input),
+        "mode": request.mode,
+        "resources_id": request.resources_id,
+        "config": _dump_config(request.config),
+        "metadata": _jsonable(request.metadata),
+    }
 
 
 def _query_body(query: BaseModel) -> Dict[str, Any]:
@@ -230,47 +239,14 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     # -- rollouts and the queue ----------------------------------------------------------------------------------------
 
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: Dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
         """Create a rollout with its first attempt (``POST /rollouts``)."""
-        data = await self._request_json(
-            "post",
-            "/rollouts",
-            json={
-                "input": _jsonable(input),
-                "mode": mode,
-                "resources_id": resources_id,
-                "config": _dump_config(config),
-                "metadata": _jsonable(metadata),
-                "worker_id": worker_id,
-            },
-        )
+        data = await self._request_json("post", "/rollouts", json={**_request_body(request), "worker_id": worker_id})
         return AttemptedRollout.model_validate(data)
 
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: Dict[str, Any] | None = None,
-    ) -> Rollout:
+    async def _enqueue_rollout(self, request: EnqueueRolloutRequest) -> Rollout:
         """Enqueue one rollout (``POST /queues/rollouts/enqueue`` with a single-item list)."""
-        item = {
-            "input": _jsonable(input),
-            "mode": mode,
-            "resources_id": resources_id,
-            "config": _dump_config(config),
-            "metadata": _jsonable(metadata),
-        }
-        data = await self._request_json("post", "/queues/rollouts/enqueue", json={"rollouts": [item]})
+        data = await self._request_json("post", "/queues/rollouts/enqueue", json={"rollouts": [_request_body(request)]})
         if not data:
             raise RuntimeError("enqueue_rollout returned no rollouts")
         return Rollout.model_validate(data[0])
@@ -488,21 +464,6 @@ class LightningStoreClient(HttpTransport, LightningStore):
             if task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
         return [result for result in (task.result() for task in tasks) if result is not None]
-
-    async def add_otel_span(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        readable_span: ReadableSpan,
-        sequence_id: int | None = None,
-    ) -> Span | None:
-        """Convert an OpenTelemetry span locally (allocating a sequence id when needed) and ``add_span`` it."""
-        if sequence_id is None:
-            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
-        span = Span.from_opentelemetry(
-            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
-        )
-        return await self.add_span(span)
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         """Allocate the next span sequence id (``POST /spans/next``)."""

@@ -25,9 +25,7 @@ from rollouthub.types import (
     PaginatedResult,
     Rollout,
     RolloutConfig,
-    RolloutMode,
     RolloutStatus,
-    TaskInput,
 )
 from rollouthub.types.queries import AttemptQuery, RolloutQuery
 from rollouthub.types.updates import RolloutUpdate
@@ -64,24 +62,18 @@ class RolloutsMixin(StoreCore[T_collections]):
     # ----------------------------------------------------------------------------------------------------------
 
     def _build_rollout(
-        self,
-        input: TaskInput,
-        mode: Optional[RolloutMode],
-        resources_id: Optional[str],
-        config: Optional[RolloutConfig],
-        metadata: Optional[Dict[str, Any]],
-        status: RolloutStatus,
-        now: float,
+        self, request: EnqueueRolloutRequest, resources_id: Optional[str], status: RolloutStatus, now: float
     ) -> Rollout:
+        """The new rollout of ``request`` (with the resolved ``resources_id``), a copy of its config and metadata."""
         return Rollout(
             rollout_id=_new_rollout_id(),
-            input=input,
+            input=request.input,
             start_time=now,
-            mode=mode,
+            mode=request.mode,
             resources_id=resources_id,
             status=status,
-            config=config.model_copy(deep=True) if config is not None else RolloutConfig(),
-            metadata=dict(metadata) if metadata is not None else {},
+            config=request.config.model_copy(deep=True) if request.config is not None else RolloutConfig(),
+            metadata=dict(request.metadata) if request.metadata is not None else {},
         )
 
     async def _unlocked_resolve_resources_id(
@@ -95,21 +87,13 @@ class RolloutsMixin(StoreCore[T_collections]):
 
     @tracked("start_rollout")
     @healthcheck_before
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: Dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
         """Create a rollout with its first attempt (status ``preparing``), bypassing the queue."""
         now = time.time()
 
         async def persist(c: LightningCollections) -> Tuple[Rollout, Attempt]:
-            resolved = await self._unlocked_resolve_resources_id(c, resources_id)
-            rollout = self._build_rollout(input, mode, resolved, config, metadata, "preparing", now)
+            resolved = await self._unlocked_resolve_resources_id(c, request.resources_id)
+            rollout = self._build_rollout(request, resolved, "preparing", now)
             attempt = Attempt(
                 rollout_id=rollout.rollout_id,
                 attempt_id=_new_attempt_id(),
@@ -129,22 +113,9 @@ class RolloutsMixin(StoreCore[T_collections]):
 
     @tracked("enqueue_rollout")
     @healthcheck_before
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: Dict[str, Any] | None = None,
-    ) -> Rollout:
+    async def _enqueue_rollout(self, request: EnqueueRolloutRequest) -> Rollout:
         """Create a ``queuing`` rollout at the tail of the queue."""
-        now = time.time()
-
-        def build(latest_id: Optional[str]) -> List[Rollout]:
-            resolved = resources_id if resources_id is not None else latest_id
-            return [self._build_rollout(input, mode, resolved, config, metadata, "queuing", now)]
-
-        return (await self._enqueue_many_rollouts(build, resources_id is None))[0]
+        return (await self._enqueue_requests([request]))[0]
 
     @tracked("enqueue_many_rollouts")
     @healthcheck_before
@@ -155,18 +126,16 @@ class RolloutsMixin(StoreCore[T_collections]):
         requests = [
             r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r) for r in rollouts
         ]
+        return await self._enqueue_requests(requests)
+
+    async def _enqueue_requests(self, requests: Sequence[EnqueueRolloutRequest]) -> List[Rollout]:
+        """Enqueue ``requests`` in one unit (a request without ``resources_id`` gets the latest snapshot's)."""
         now = time.time()
 
         def build(latest_id: Optional[str]) -> List[Rollout]:
             return [
                 self._build_rollout(
-                    request.input,
-                    request.mode,
-                    request.resources_id if request.resources_id is not None else latest_id,
-                    request.config,
-                    request.metadata,
-                    "queuing",
-                    now,
+                    request, request.resources_id if request.resources_id is not None else latest_id, "queuing", now
                 )
                 for request in requests
             ]

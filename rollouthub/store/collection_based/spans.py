@@ -106,23 +106,6 @@ class SpansMixin(StoreCore[T_collections]):
         inserted = await self._add_many_spans_helper(span.rollout_id, span.attempt_id, [span])
         return span if inserted else None
 
-    @tracked("add_otel_span")
-    async def add_otel_span(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        readable_span: Any,
-        sequence_id: int | None = None,
-    ) -> Span | None:
-        """Convert an OpenTelemetry SDK span and insert it (allocating a sequence id when none is given)."""
-        if sequence_id is None:
-            sequence_id = (await self._issue_many_span_sequence_ids([(rollout_id, attempt_id)]))[0]
-        span = Span.from_opentelemetry(
-            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
-        )
-        inserted = await self._add_many_spans_helper(rollout_id, attempt_id, [span])
-        return span if inserted else None
-
     @tracked("add_many_spans")
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
         """Insert spans group by group (by rollout and attempt); returns exactly the newly stored spans."""

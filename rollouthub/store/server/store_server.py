@@ -15,7 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from rollouthub.types import AttemptedRollout, Span
+from rollouthub.types import AttemptedRollout
 from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
@@ -340,18 +340,6 @@ class LightningStoreServer(DelegatingLightningStore):
                     return await getattr(store, name)(*args, **kwargs)
         return await getattr(self._get_client(), name)(*args, **kwargs)
 
-    async def add_otel_span(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        readable_span: Any,
-        sequence_id: Optional[int] = None,
-    ) -> Optional[Span]:
-        """Convert an OpenTelemetry span with ``Span.from_opentelemetry`` (allocating a sequence id when none is
-        given) and store it through :meth:`add_span` (directly, or over HTTP from another process)."""
-        if sequence_id is None:
-            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
-        span = Span.from_opentelemetry(
-            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
-        )
-        return await self.add_span(span)
+    add_otel_span = LightningStore.add_otel_span
+    """Not delegated: the span is converted here (``Span.from_opentelemetry``, a sequence id allocated when none is
+    given) and stored through :meth:`add_span`, directly or over HTTP from another process."""
