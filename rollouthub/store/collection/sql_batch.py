@@ -54,6 +54,7 @@ from .sql_caches import (
     follow_writes,
     merged,
 )
+from .sql_dialect_postgres import PG_ARRAY
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ __all__ = [
     "quote",
 ]
 
-PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
-"""The array type of each column kind (parameters of ``unnest``)."""
 
 _NOTIFY_PAYLOAD_LIMIT = 7900
 
