@@ -1,9 +1,11 @@
 """PostgreSQL's named SQL operations (see :class:`~.sql_dialect.SqlDialect` for what each one is).
 
 JSON lives in JSONB columns; text columns compare bytewise (collation ``C``); rows keep their insertion order in an
-identity column ``_order``; connections are asyncpg's, with the session settings the URL and the backend ask for. The
-fast path (:mod:`.sql_batch`, :mod:`.sql_compound`) builds its own PostgreSQL statements from the parts named here
-(:data:`PG_ARRAY`).
+identity column ``_order``; connections are asyncpg's, with the session settings the URL and the backend ask for.
+
+The fast path is PostgreSQL's alone: the statements of its compound reads (:mod:`.sql_compound`) are the plain
+functions at the end of this module; its write statement (:mod:`.sql_batch`) is assembled from fragments of each
+deferred write and guard, built with :data:`PG_ARRAY`, :func:`quote` and :data:`LATEST_RESOURCES_ORDER` from here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ from sqlalchemy.engine import URL
 
 from .sql_dialect import ParamBinder, SqlDialect, UrlOptions, json_dumps
 
-__all__ = ["PG_ARRAY", "PG_SCHEMA_LOCK_KEY", "PostgresDialect"]
+__all__ = [
+    "LATEST_RESOURCES_ORDER",
+    "PG_ARRAY",
+    "PG_SCHEMA_LOCK_KEY",
+    "PostgresDialect",
+    "claim_rollouts_sql",
+    "dequeue_rollouts_sql",
+    "latest_resources_sql",
+    "quote",
+    "rollout_and_attempts_sql",
+    "select_list",
+]
 
 PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
 """The array type of each column kind (parameters of ``unnest``)."""
@@ -26,8 +39,20 @@ PG_SCHEMA_LOCK_KEY = 0x726F6C6C  # "roll": advisory lock serialising schema crea
 _URL_OPTIONS = ("application_name", "schema", "pool_size", "max_overflow")
 
 
-def _quoted(names: Sequence[str]) -> str:
-    return ", ".join(f'"{n}"' for n in names)
+LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
+"""The order of ``resources.get(sort=update_time desc)`` (see :mod:`.sql_filters`), as the compound read and the
+cache guard of the fast path use it."""
+
+
+def quote(name: str) -> str:
+    """A quoted identifier."""
+    return f'"{name}"'
+
+
+def select_list(columns: Sequence[str], alias: str = "") -> str:
+    """``columns`` quoted and comma-separated, each prefixed with ``alias.`` when given."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + quote(c) for c in columns)
 
 
 class PostgresDialect(SqlDialect):
@@ -113,8 +138,8 @@ class PostgresDialect(SqlDialect):
         """``INSERT ... SELECT * FROM unnest($1::type[], ...) ON CONFLICT DO NOTHING RETURNING <keys>``."""
         arrays = ", ".join(f"${i + 1}::{PG_ARRAY[kinds.get(c, 'json')]}" for i, c in enumerate(columns))
         return (
-            f'INSERT INTO "{table_name}" ({_quoted(columns)}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING '
-            f"RETURNING {_quoted(primary_keys)}"
+            f'INSERT INTO "{table_name}" ({select_list(columns)}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING '
+            f"RETURNING {select_list(primary_keys)}"
         )
 
     def enqueue_many(self) -> str:
@@ -169,3 +194,56 @@ class PostgresDialect(SqlDialect):
             return await asyncpg.connect(dsn, server_settings=settings)
 
         return connect
+
+
+# --- the fast path's compound reads (:mod:`.sql_compound`) ------------------------------------------------------------
+# ``one``: ``LIMIT 1`` as a literal (the usual claim): PostgreSQL then keeps one generic plan instead of planning each
+# time; otherwise the limit is parameter ``$1``.
+
+
+def dequeue_rollouts_sql(rollout_columns: Sequence[str], one: bool) -> str:
+    """Pop the head of the queue (``FOR UPDATE SKIP LOCKED``), lock the rollouts and count their attempts: rows of
+    ``(value, attempt count, rollout found, rollout columns..., seq)`` in queue order."""
+    return (
+        f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
+        f"{'1' if one else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
+        f"r AS (SELECT {select_list(rollout_columns)} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
+        "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
+        f"r.rollout_id IS NOT NULL, {select_list(rollout_columns, 'r')}, p.seq FROM p LEFT JOIN r "
+        "ON r.rollout_id = p.value ORDER BY p.seq"
+    )
+
+
+def claim_rollouts_sql(rollout_columns: Sequence[str], one: bool) -> str:
+    """Read the head of the queue without locking: rows of ``(seq, value, attempt count, rollout found, rollout
+    columns..., rollout version)`` in queue order."""
+    return (
+        f"WITH p AS (SELECT seq, value FROM rollout_queue ORDER BY seq LIMIT {'1' if one else '$1'}) "
+        "SELECT p.seq, p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
+        f"r.rollout_id IS NOT NULL, {select_list(rollout_columns, 'r')}, r.xmin::text "
+        "FROM p LEFT JOIN rollouts r ON r.rollout_id = p.value ORDER BY p.seq"
+    )
+
+
+def latest_resources_sql(resource_columns: Sequence[str]) -> str:
+    """The latest resources snapshot with its version (no row: none)."""
+    return f"SELECT {select_list(resource_columns)}, xmin::text FROM resources {LATEST_RESOURCES_ORDER}"
+
+
+def rollout_and_attempts_sql(
+    rollout_columns: Sequence[str], attempt_columns: Sequence[str], lock: bool, versioned: bool
+) -> str:
+    """Rollout ``$1``, its latest attempt and its attempt ``$2`` in one row: three found flags, then the columns of
+    each (each followed by its version when ``versioned``); ``lock``: ``FOR UPDATE``."""
+    lock_clause = " FOR UPDATE" if lock else ""
+    version = ", xmin::text AS x" if versioned else ""
+    rcols = select_list(rollout_columns)
+    acols = select_list(attempt_columns)
+    return (
+        f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock_clause}), "
+        f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
+        f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock_clause}), "
+        f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock_clause}) "
+        "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
+        "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
+    )
