@@ -53,10 +53,11 @@ def test_follow_writes_leaves_what_the_unit_read_unchanged_until_the_statement_s
         cache_rollouts,
         follow_writes,
     )
+    from rollouthub.store.collection.sql_dialect_postgres import PostgresDialect
     from rollouthub.store.collection.sql_schema import SqlSchema
     from rollouthub.types import Attempt, Rollout
 
-    specs = SqlSchema("postgresql").specs
+    specs = SqlSchema(PostgresDialect()).specs
     rollout = Rollout(rollout_id="ro-1", input={"q": 1}, start_time=1.0, status="running")
     attempt = Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=1.0, status="running")
     other = Rollout(rollout_id="ro-2", input=None, start_time=2.0, status="running")

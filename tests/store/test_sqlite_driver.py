@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rollouthub.store.collection.sql_dialect_sqlite import sqlite_pragmas
 from rollouthub.store.collection.sql_sqlite import SqliteDriver, make_driver_factory
 
 
@@ -18,7 +19,7 @@ def inline(request: pytest.FixtureRequest) -> bool:
 
 
 async def _open(path: Path, inline: bool, busy_timeout: float = 5.0) -> SqliteDriver:
-    return await make_driver_factory(str(path), busy_timeout, "NORMAL", inline=inline)()
+    return await make_driver_factory(str(path), busy_timeout, sqlite_pragmas(busy_timeout, "NORMAL"), inline=inline)()
 
 
 async def test_statements_transactions_and_close(tmp_path: Path, inline: bool) -> None:

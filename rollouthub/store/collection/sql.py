@@ -39,8 +39,6 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import aiologic
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from typing_extensions import Self
 
@@ -59,18 +57,23 @@ from .base import (
 )
 from .sql_batch import GuardConflict
 from .sql_caches import CachedResources, CachedRollout, QueueMirror
+from .sql_dialect import SqlDialect
+from .sql_dialect_postgres import PostgresDialect
+from .sql_dialect_sqlite import SqliteDialect
 from .sql_engine import ACTIVE_UNIT, DriverPool, StatementCache, Unit, is_transient_error
 from .sql_key_value import SqlKeyValue
 from .sql_primitives import SqlCollection
 from .sql_queue import SqlQueue
-from .sql_schema import PG_SCHEMA_LOCK_KEY, SqlSchema, describe_url, ensure_schema, normalize_database_url
-from .sql_sqlite import engine_connect_args, install_engine_pragmas, make_driver_factory
+from .sql_schema import SqlSchema, describe_url, ensure_schema, normalize_database_url
 
 __all__ = ["SqlLightningCollections", "SqlCollection", "SqlQueue", "SqlKeyValue", "is_transient_error"]
 
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
+
+DIALECTS: Dict[str, Callable[[], SqlDialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
+"""The dialect class of each database (by the name :func:`~.sql_schema.normalize_database_url` returns)."""
 
 _WRITE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[str, asyncio.Lock]] = (
     weakref.WeakKeyDictionary()
@@ -171,7 +174,7 @@ class _UnitView(LightningCollections):
         if batch is not None:
             batch.notify(channel, payload)
         else:
-            await self._unit.fetch_sql("SELECT pg_notify($1, $2)", [channel, payload])
+            await self._unit.fetch_sql(self._backend.sql_dialect.notify(), [channel, payload])
 
 
 class _UnitScope:
@@ -277,39 +280,22 @@ class SqlLightningCollections(LightningCollections):
     ) -> None:
         super().__init__(tracker=tracker)
         self.url, self.dialect = normalize_database_url(url)
+        self.sql_dialect: SqlDialect = DIALECTS[self.dialect]()
+        """The named SQL operations of this database (:mod:`.sql_dialect`)."""
         self.display_url = describe_url(self.url)
-        self.server_settings: Dict[str, str] = {}
+        # The URL may also carry options (e.g. for `rollouthub store --backend URL`): the schema, the pool size...
+        self.url, settings, schema, pool_size, max_overflow = self.sql_dialect.take_url_options(
+            self.url, schema, pool_size, max_overflow
+        )
+        self.server_settings: Dict[str, str] = settings
         """PostgreSQL session settings of every connection: ``application_name`` (from the URL's
         ``?application_name=`` or ``rollouthub``, so that ``pg_stat_activity`` tells the store's connections apart)
         and the ``search_path`` of ``schema``."""
-        if self.dialect == "postgresql":
-            query = self.url.query
-            self.server_settings["application_name"] = str(query.get("application_name") or "rollouthub")
-            # The URL may also name the schema and size the pool (e.g. for `rollouthub store --backend URL`).
-            if schema is None and query.get("schema"):
-                schema = str(query["schema"])
-            for name in ("pool_size", "max_overflow"):
-                if name in query:
-                    try:
-                        value = int(str(query[name]))
-                    except ValueError:
-                        raise ValueError(
-                            f"{name} in the database URL must be an integer, got {query[name]!r}"
-                        ) from None
-                    if value < (1 if name == "pool_size" else 0):
-                        raise ValueError(f"{name} in the database URL is out of range: {value}")
-                    if name == "pool_size":
-                        pool_size = value
-                    else:
-                        max_overflow = value
-            self.url = self.url.difference_update_query(["application_name", "schema", "pool_size", "max_overflow"])
-            if schema:
-                self.server_settings["search_path"] = schema
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"Invalid synchronous mode {synchronous!r}")
-        self.fast_path = self.dialect == "postgresql" and _fast_path_setting(pg_fast_path)
+        self.fast_path = self.sql_dialect.has_fast_path and _fast_path_setting(pg_fast_path)
         """Whether PostgreSQL commit units run on the fast path (see ``pg_fast_path``)."""
-        self.schema = SqlSchema(self.dialect)
+        self.schema = SqlSchema(self.sql_dialect)
         self.pg_schema = schema
         self._echo = echo
         self._pool_size = pool_size
@@ -330,9 +316,8 @@ class SqlLightningCollections(LightningCollections):
         self._ready = False
         self._ready_lock = aiologic.Lock()
         self._generic_lock = aiologic.Lock()
-        self._file_key = os.path.abspath(str(self.url.database)) if self.dialect == "sqlite" else ""
+        self._file_key = self.sql_dialect.write_lock_key(self.url)
         self._unbound: Optional[Dict[str, Any]] = None
-        self._insert = pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert
         self.latest_resources_cache: Optional[CachedResources] = None
         """PostgreSQL: the latest resources snapshot and its version, as last read (see
         :func:`.sql_compound.latest_resources`); ``None``: unknown."""
@@ -353,14 +338,10 @@ class SqlLightningCollections(LightningCollections):
             max_overflow=self._max_overflow,
             pool_reset_on_return=None,  # units always end with COMMIT/ROLLBACK themselves
         )
-        if self.dialect == "sqlite":
-            kwargs["connect_args"] = engine_connect_args(self._busy_timeout)
-        else:
-            kwargs["connect_args"] = {"server_settings": dict(self.server_settings)}
+        kwargs["connect_args"] = self.sql_dialect.engine_connect_args(self._busy_timeout, self.server_settings)
         kwargs.update(self._engine_kwargs)
         engine = create_async_engine(self.url, **kwargs)
-        if self.dialect == "sqlite":
-            install_engine_pragmas(engine, self._busy_timeout, self._synchronous)
+        self.sql_dialect.prepare_engine(engine, self._busy_timeout, self._synchronous)
         return engine
 
     def _local_write_lock(self) -> asyncio.Lock:
@@ -395,19 +376,9 @@ class SqlLightningCollections(LightningCollections):
         return pool
 
     def _driver_factory(self) -> Callable[[], Any]:
-        if self.dialect == "sqlite":
-            return make_driver_factory(
-                str(self.url.database), self._busy_timeout, self._synchronous, inline=self._sqlite_inline
-            )
-        import asyncpg
-
-        dsn = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        settings = dict(self.server_settings)
-
-        async def connect() -> Any:
-            return await asyncpg.connect(dsn, server_settings=settings)
-
-        return connect
+        return self.sql_dialect.driver_factory(
+            self.url, self._busy_timeout, self._synchronous, self._sqlite_inline, self.server_settings
+        )
 
     def _engine_for_loop(self) -> AsyncEngine:
         """The engine (and pool) of the running event loop."""
@@ -429,12 +400,8 @@ class SqlLightningCollections(LightningCollections):
                 return
             engine = self._engine_for_loop()
             async with engine.connect() as conn:
-                if self.dialect == "sqlite":
-                    await conn.exec_driver_sql("BEGIN IMMEDIATE")
-                elif self.pg_schema:
-                    # Under the schema lock, in the same transaction: concurrent first opens must not race.
-                    await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_SCHEMA_LOCK_KEY})")
-                    await conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.pg_schema}"')
+                for statement in self.sql_dialect.open_schema_work(self.pg_schema):
+                    await conn.exec_driver_sql(statement)
                 try:
                     await ensure_schema(conn, self.schema, self.display_url)
                 except BaseException:
@@ -462,17 +429,12 @@ class SqlLightningCollections(LightningCollections):
             await pool.close()
         if engine is not None:
             await engine.dispose()
-        if self.dialect == "sqlite":
-            # Fold the write-ahead log into the database file: the ``.db`` alone then holds every committed write
-            # (closing the last connection usually does it too, but not while another loop or process holds one).
-            from .sql_sqlite import checkpoint_and_truncate
-
-            await asyncio.to_thread(checkpoint_and_truncate, str(self.url.database), self._busy_timeout)
+        await self.sql_dialect.after_close(self.url, self._busy_timeout)
 
     async def notify(self, channel: str, payload: str) -> None:
         """PostgreSQL ``NOTIFY`` (autocommit)."""
         async with self._unit_scope(write=False, snapshot=False, commit=False) as unit:
-            await unit.fetch_sql("SELECT pg_notify($1, $2)", [channel, payload])
+            await unit.fetch_sql(self.sql_dialect.notify(), [channel, payload])
 
     # --- units ------------------------------------------------------------------------------------------------
 

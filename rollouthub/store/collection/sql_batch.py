@@ -54,6 +54,7 @@ from .sql_caches import (
     follow_writes,
     merged,
 )
+from .sql_dialect_postgres import LATEST_RESOURCES_ORDER, PG_ARRAY, quote
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ __all__ = [
     "quote",
 ]
 
-PG_ARRAY = {"str": "text[]", "int": "int8[]", "float": "float8[]", "json": "jsonb[]"}
-"""The array type of each column kind (parameters of ``unnest``)."""
 
 _NOTIFY_PAYLOAD_LIMIT = 7900
 
@@ -91,11 +90,6 @@ QUEUE: Any = _CounterSpec("rollout_queue", ("seq",), ("int",))
 
 class GuardConflict(Exception):
     """A row read by an optimistic unit changed before its writes: nothing was written; run the unit again."""
-
-
-def quote(name: str) -> str:
-    """A quoted identifier."""
-    return f'"{name}"'
 
 
 _q = quote
@@ -392,9 +386,6 @@ class ClaimedHead(NamedTuple):
 
 
 NO_GUARD: Any = object()
-
-LATEST_RESOURCES_ORDER = "ORDER BY update_time DESC NULLS FIRST, _order LIMIT 1"
-"""The order of ``resources.get(sort=update_time desc)`` (see :mod:`.sql_filters`), as the cache guard uses it."""
 
 STATEMENTS: Dict[Tuple[Any, ...], str] = {}
 """Statement texts built once: the batch of each shape (guarded tables, op shapes) and the compound reads."""

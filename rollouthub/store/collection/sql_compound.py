@@ -15,19 +15,20 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, List, Optional
 
 from .base import PoppedRollout, RolloutAttempts
-from .sql_batch import LATEST_RESOURCES_ORDER, STATEMENTS, ClaimedHead, WriteBatch, quote
+from .sql_batch import STATEMENTS, ClaimedHead, WriteBatch
 from .sql_caches import CachedResources, CachedRollout
+from .sql_dialect_postgres import (
+    claim_rollouts_sql,
+    dequeue_rollouts_sql,
+    latest_resources_sql,
+    rollout_and_attempts_sql,
+)
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
     from .sql_engine import Unit
 
 __all__ = ["dequeue_rollouts", "get_rollout_and_attempts", "latest_resources"]
-
-
-def _select_list(spec: TableSpec, alias: str = "") -> str:
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + quote(c) for c in spec.column_names)
 
 
 async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[PoppedRollout]:
@@ -43,15 +44,7 @@ async def dequeue_rollouts(unit: Unit, rollouts: TableSpec, limit: int) -> List[
     key = ("dequeue_rollouts", limit == 1)
     sql = STATEMENTS.get(key)
     if sql is None:
-        # LIMIT 1 (the usual claim) as a literal: PostgreSQL then keeps one generic plan instead of planning each time
-        sql = STATEMENTS[key] = (
-            f"WITH p AS (DELETE FROM rollout_queue WHERE seq IN (SELECT seq FROM rollout_queue ORDER BY seq LIMIT "
-            f"{'1' if limit == 1 else '$1'} FOR UPDATE SKIP LOCKED) RETURNING seq, value), "
-            f"r AS (SELECT {_select_list(rollouts)} FROM rollouts WHERE rollout_id IN (SELECT value FROM p) FOR UPDATE) "
-            "SELECT p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
-            f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')}, p.seq FROM p LEFT JOIN r "
-            "ON r.rollout_id = p.value ORDER BY p.seq"
-        )
+        sql = STATEMENTS[key] = dequeue_rollouts_sql(rollouts.column_names, limit == 1)
     out: List[PoppedRollout] = []
     rows = await unit.fetch_sql(sql, [] if limit == 1 else [limit])
     for row in rows:
@@ -99,12 +92,7 @@ async def _claim_rollouts(unit: Unit, batch: WriteBatch, rollouts: TableSpec, li
         key = ("claim_rollouts", read == 1)
         sql = STATEMENTS.get(key)
         if sql is None:
-            sql = STATEMENTS[key] = (
-                f"WITH p AS (SELECT seq, value FROM rollout_queue ORDER BY seq LIMIT {'1' if read == 1 else '$1'}) "
-                "SELECT p.seq, p.value, (SELECT count(*) FROM attempts a WHERE a.rollout_id = p.value), "
-                f"r.rollout_id IS NOT NULL, {_select_list(rollouts, 'r')}, r.xmin::text "
-                "FROM p LEFT JOIN rollouts r ON r.rollout_id = p.value ORDER BY p.seq"
-            )
+            sql = STATEMENTS[key] = claim_rollouts_sql(rollouts.column_names, read == 1)
         rows = await unit.fetch_sql(sql, [] if read == 1 else [read])
         free = [row for row in rows if row[0] not in claiming]
         if len(free) >= limit or len(rows) < read:
@@ -148,9 +136,7 @@ async def latest_resources(unit: Unit, resources: TableSpec) -> Optional[Any]:
         key = ("latest_resources",)
         sql = STATEMENTS.get(key)
         if sql is None:
-            sql = STATEMENTS[key] = (
-                f"SELECT {_select_list(resources)}, xmin::text FROM resources {LATEST_RESOURCES_ORDER}"
-            )
+            sql = STATEMENTS[key] = latest_resources_sql(resources.column_names)
         rows = await unit.fetch_sql(sql, [])
         cached = (
             CachedResources(resources.from_row(tuple(rows[0])[:-1]), rows[0][-1])
@@ -191,17 +177,8 @@ async def get_rollout_and_attempts(
     key = ("get_rollout_and_attempts", unit.for_update, optimistic)
     sql = STATEMENTS.get(key)
     if sql is None:
-        lock = " FOR UPDATE" if unit.for_update else ""
-        version = ", xmin::text AS x" if optimistic else ""
-        rcols = _select_list(rollouts)
-        acols = _select_list(attempts)
-        sql = STATEMENTS[key] = (
-            f"WITH r AS (SELECT {rcols}{version} FROM rollouts WHERE rollout_id = $1{lock}), "
-            f"l AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 "
-            f"ORDER BY sequence_id DESC NULLS LAST, _order LIMIT 1{lock}), "
-            f"a AS (SELECT {acols}{version} FROM attempts WHERE rollout_id = $1 AND attempt_id = $2{lock}) "
-            "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
-            "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
+        sql = STATEMENTS[key] = rollout_and_attempts_sql(
+            rollouts.column_names, attempts.column_names, unit.for_update, optimistic
         )
     rows = await unit.fetch_sql(sql, [rollout_id, attempt_id])
     row = tuple(rows[0])

@@ -174,8 +174,8 @@ class Unit:
         self._write_lock: Optional[asyncio.Lock] = None  # SQLite write units: the local write lock while held
         self._pg_tx: Any = None
         self.view: Any = None
-        self.sqlite: bool = backend.dialect == "sqlite"
-        """Whether the unit runs on SQLite."""
+        self.sqlite: bool = backend.sql_dialect.embedded
+        """Whether the unit runs on SQLite (an embedded database: :attr:`~.sql_dialect.SqlDialect.embedded`)."""
         self.optimistic = optimistic
         """PostgreSQL commit unit run without a transaction (see :mod:`.sql_batch`)."""
         self.for_update: bool = write and not self.sqlite and not optimistic
@@ -205,7 +205,8 @@ class Unit:
             try:
                 if self.sqlite:
                     if self.write or self.snapshot:
-                        raw.pending_begin = "BEGIN IMMEDIATE" if self.write else "BEGIN"
+                        dialect = backend.sql_dialect
+                        raw.pending_begin = dialect.BEGIN_WRITE if self.write else dialect.BEGIN_READ
                 elif (self.write or self.snapshot) and not self.optimistic:
                     isolation = "repeatable_read" if (self.commit or not self.write) else "read_committed"
                     tx = raw.transaction(isolation=isolation, readonly=not self.write)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg_dialect
 
 from .base import NormalizedFilter
-from .sql_schema import TableSpec, json_dumps
+from .sql_dialect import SqlDialect
+from .sql_schema import TableSpec
 
 __all__ = ["Binder", "bp", "compile_where", "FALSE", "TRUE"]
 
@@ -38,9 +38,10 @@ def bp(name: str, type_: Any = None) -> Any:
 
 
 class Binder:
-    """Names parameters ``p0, p1, ...``, collects their values and the filter's shape."""
+    """Names parameters ``p0, p1, ...``, collects their values and the filter's shape; ``dialect`` builds the
+    database-specific conditions."""
 
-    def __init__(self, dialect: str, dry: bool) -> None:
+    def __init__(self, dialect: SqlDialect, dry: bool) -> None:
         self.dialect = dialect
         self.dry = dry
         self.values: Dict[str, Any] = {}
@@ -72,22 +73,11 @@ def _coerce(kind: str, value: Any) -> Optional[Any]:
     return value
 
 
-def _strpos(b: Binder, haystack: Any, needle: Any) -> Any:
-    return (sa.func.strpos if b.dialect == "postgresql" else sa.func.instr)(haystack, needle) > 0
-
-
-def _json_param(b: Binder, value: Any) -> Any:
-    param = b.p(json_dumps(value), pg_dialect.JSONB() if b.dialect == "postgresql" else sa.Text())
-    if b.dry or b.dialect == "postgresql":
-        return param
-    return sa.func.json(param)
-
-
 def _json_equals(b: Binder, col: Any, expected: Any) -> Any:
-    param = _json_param(b, expected)
+    param = b.dialect.json_param(b, expected)
     if b.dry:
         return _DRY
-    return col == param if b.dialect == "postgresql" else sa.func.json(col) == param
+    return b.dialect.json_equals(col, param)
 
 
 def _json_category(value: Any) -> str:
@@ -104,44 +94,8 @@ def _json_contains(b: Binder, col: Any, expected: Any) -> Any:
     """Python ``expected in value`` for a JSON value: array element, object key, or substring of a JSON string."""
     category = _json_category(expected)
     b.shape.append(("cj", category))
-    if b.dialect == "postgresql":
-        arr = b.p(json_dumps(expected), pg_dialect.JSONB())
-        key = b.p(expected, sa.Text()) if category == "str" else None
-        sub = b.p(expected, sa.Text()) if category == "str" else None
-        if b.dry:
-            return _DRY
-        typ = sa.func.jsonb_typeof(col)
-        conds = [sa.and_(typ == "array", col.op("@>")(sa.func.jsonb_build_array(arr)))]
-        if category == "str":
-            conds.append(sa.and_(typ == "object", col.op("?")(key)))
-            conds.append(sa.and_(typ == "string", _strpos(b, col.op("#>>")(sa.literal_column("'{}'")), sub)))
-        return sa.or_(*conds)
-    if category == "bool":
-        elem_value = None
-    elif category == "other":
-        elem_value = _json_param(b, expected)
-    else:
-        elem_value = b.p(expected)
-    key = b.p(expected) if category == "str" else None
-    sub = b.p(expected) if category == "str" else None
-    if b.dry:
-        return _DRY
-    each = sa.func.json_each(col).table_valued("key", "value", "type")
-    if category == "bool":
-        elem = each.c.type == ("true" if expected else "false")
-    elif category == "num":
-        elem = sa.and_(each.c.type.in_(["integer", "real"]), each.c.value == elem_value)
-    elif category == "str":
-        elem = sa.and_(each.c.type == "text", each.c.value == elem_value)
-    else:
-        elem = sa.func.json(each.c.value) == elem_value
-    typ = sa.func.json_type(col)
-    conds = [sa.and_(typ == "array", sa.exists(sa.select(1).select_from(each).where(elem)))]
-    if category == "str":
-        keys = sa.func.json_each(col).table_valued("key")
-        conds.append(sa.and_(typ == "object", sa.exists(sa.select(1).select_from(keys).where(keys.c.key == key))))
-        conds.append(sa.and_(typ == "text", _strpos(b, sa.func.json_extract(col, "$"), sub)))
-    return sa.or_(*conds)
+    clause = b.dialect.json_contains(b, col, expected, category)
+    return _DRY if clause is None else clause
 
 
 def _condition(spec: TableSpec, field: str, op: str, expected: Any, b: Binder) -> Any:
@@ -178,7 +132,7 @@ def _condition(spec: TableSpec, field: str, op: str, expected: Any, b: Binder) -
             if kind != "str":
                 return FALSE
             param = b.p(expected)
-            return _DRY if b.dry else sa.and_(col.is_not(None), _strpos(b, param, col))
+            return _DRY if b.dry else sa.and_(col.is_not(None), b.dialect.text_contains(param, col))
         try:
             values = list(expected)
         except TypeError:
@@ -208,7 +162,7 @@ def _condition(spec: TableSpec, field: str, op: str, expected: Any, b: Binder) -
         if not ok:
             return FALSE
         param = b.p(expected)
-        return _DRY if b.dry else _strpos(b, col, param)
+        return _DRY if b.dry else b.dialect.text_contains(col, param)
     if kind == "json":
         return _json_contains(b, col, expected)
     b.shape.append(("cf",))

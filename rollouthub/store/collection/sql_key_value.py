@@ -61,24 +61,24 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
         t = self._table
 
         def build() -> Any:
-            ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=bp("v"))
+            ins = self._backend.sql_dialect.insert(t).values(key=bp("k"), num=bp("n"), value=bp("v"))
             return ins.on_conflict_do_update(
                 index_elements=["key"], set_={"num": ins.excluded.num, "value": ins.excluded.value}
             )
 
-        return self._stmt(("ks",), build)
+        return self._stmt(("kv_set",), build)
 
     @tracked("has")
     async def has(self, key: str) -> bool:
         """Whether ``key`` is present."""
-        stmt = self._stmt(("kh",), lambda: sa.select(sa.exists().where(self._where_key())))
+        stmt = self._stmt(("kv_has",), lambda: sa.select(sa.exists().where(self._where_key())))
         return bool(await self._run(False, lambda u: fetch_scalar(u, stmt, {"k": str(key)})))
 
     @tracked("get")
     async def get(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
         """Value of ``key`` or ``default``."""
         t = self._table
-        stmt = self._stmt(("kg",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
+        stmt = self._stmt(("kv_get",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
         rows = await self._run(False, lambda u: u.fetch(stmt, {"k": str(key)}))
         return default if not rows else self._decode(rows[0])
 
@@ -92,7 +92,6 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
         ensure_numeric(amount, description="amount" if op == "inc" else "value")
         t = self._table
         if isinstance(amount, int):
-            pg = self._backend.dialect == "postgresql"
             deferring = self._deferring()
             if op == "inc" and deferring is not None and deferring.optimistic:
                 value = await self._optimistic_inc(deferring, str(key), amount)
@@ -100,22 +99,22 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
                     return value
 
             def build() -> Any:
-                ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
+                ins = self._backend.sql_dialect.insert(t).values(key=bp("k"), num=bp("n"), value=None)
                 if op == "inc":
                     new = t.c.num + ins.excluded.num
                 else:
-                    new = (sa.func.greatest if pg else sa.func.max)(t.c.num, ins.excluded.num)
+                    new = self._backend.sql_dialect.larger_of(t.c.num, ins.excluded.num)
                 return ins.on_conflict_do_update(
                     index_elements=["key"], set_={"num": new}, where=t.c.num.is_not(None)
                 ).returning(t.c.num)
 
-            fast = self._stmt(("key_filter", op), build)
+            fast = self._stmt(("kv_numeric_update", op), build)
             rows = await self._run(True, lambda u: u.fetch(fast, {"k": str(key), "n": amount}))
             if rows:
                 return int(rows[0][0])
-        select = self._stmt(("kg",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
+        select = self._stmt(("kv_get",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()))
         select_locked = self._stmt(
-            ("kgl",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()).with_for_update()
+            ("kv_get_locked",), lambda: sa.select(t.c.num, t.c.value).where(self._where_key()).with_for_update()
         )
         set_stmt = self._set_stmt()
 
@@ -144,8 +143,10 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
         await batch.before_statement(unit, (self._table_name,), False)
         t = self._table
         stmt = self._stmt(
-            ("kgv",),
-            lambda: sa.select(t.c.num, sa.literal_column("span_sequence_ids.xmin::text")).where(self._where_key()),
+            ("kv_get_versioned",),
+            lambda: sa.select(t.c.num, self._backend.sql_dialect.row_version(self._table_name)).where(
+                self._where_key()
+            ),
         )
         rows = await unit.fetch(stmt, {"k": key})
         if not rows:
@@ -174,7 +175,7 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
         held by the unit anyway, and a false condition writes nothing). PostgreSQL and other values: read first, then
         :meth:`chmax` only when needed (a conditional upsert would still lock the row there)."""
         ensure_numeric(value, description="value")
-        if self._backend.dialect != "sqlite" or not isinstance(value, int):
+        if self._backend.sql_dialect.conditional_upsert_locks_row or not isinstance(value, int):
             deferring = self._deferring()
             if deferring is None or not isinstance(value, int):
                 await super().raise_to(key, value)
@@ -186,7 +187,7 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
         t = self._table
 
         def build() -> Any:
-            ins = self._backend._insert(t).values(key=bp("k"), num=bp("n"), value=None)
+            ins = self._backend.sql_dialect.insert(t).values(key=bp("k"), num=bp("n"), value=None)
             # A stored non-integer (num IS NULL) is selected too, and left unchanged: RETURNING then says so.
             return ins.on_conflict_do_update(
                 index_elements=["key"],
@@ -194,7 +195,7 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
                 where=sa.or_(t.c.num.is_(None), t.c.num < ins.excluded.num),
             ).returning(t.c.num)
 
-        stmt = self._stmt(("kr",), build)
+        stmt = self._stmt(("kv_raise_to",), build)
         rows = await self._run(True, lambda u: u.fetch(stmt, {"k": str(key), "n": value}))
         if rows and rows[0][0] is None:
             ensure_numeric(await self.get(key), description="existing value")
@@ -203,12 +204,12 @@ class SqlKeyValue(SqlPrimitive, KeyValue[str, Any]):
     async def pop(self, key: str, default: Optional[Any] = None) -> Optional[Any]:
         """Remove ``key`` and return its value, or ``default``."""
         t = self._table
-        stmt = self._stmt(("kp",), lambda: sa.delete(t).where(self._where_key()).returning(t.c.num, t.c.value))
+        stmt = self._stmt(("kv_pop",), lambda: sa.delete(t).where(self._where_key()).returning(t.c.num, t.c.value))
         rows = await self._run(True, lambda u: u.fetch(stmt, {"k": str(key)}))
         return default if not rows else self._decode(rows[0])
 
     @tracked("size")
     async def size(self) -> int:
         """Number of keys."""
-        stmt = self._stmt(("kn",), lambda: sa.select(sa.func.count()).select_from(self._table))
+        stmt = self._stmt(("kv_size",), lambda: sa.select(sa.func.count()).select_from(self._table))
         return int(await self._run(False, lambda u: fetch_scalar(u, stmt, {})))

@@ -43,7 +43,6 @@ from .base import (
     resolve_sort,
     tracked,
 )
-from .sql_batch import PG_ARRAY
 from .sql_engine import ACTIVE_UNIT, StatementCache, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
 from .sql_schema import TableSpec
@@ -244,7 +243,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         nf = normalize_filter_options(filter)
         if nf.is_empty:
             return None, (), {}, nf
-        b = Binder(self._backend.dialect, dry=True)
+        b = Binder(self._backend.sql_dialect, dry=True)
         marker = compile_where(self._spec, nf, b)
         if signature is not None and b.values == {f"p{i}": v for i, v in enumerate(signature[1])}:
             if len(cache) > 4096:
@@ -253,7 +252,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         return marker, tuple(b.shape), b.values, nf
 
     def _where_clause(self, nf: NormalizedFilter) -> Any:
-        clause = compile_where(self._spec, nf, Binder(self._backend.dialect, dry=False))
+        clause = compile_where(self._spec, nf, Binder(self._backend.sql_dialect, dry=False))
         return None if clause is None else (sa.false() if clause is FALSE else clause)
 
     def _order_by(self, sort: Optional[SortOptions]) -> Tuple[Optional[Tuple[str, str]], Callable[[], List[Any]]]:
@@ -277,7 +276,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         """The selected columns; ``versioned`` adds the row version (``xmin``) last (optimistic units)."""
         if not versioned:
             return self._spec.columns
-        return [*self._spec.columns, sa.literal_column(f'"{self._spec.name}".xmin::text')]
+        return [*self._spec.columns, self._backend.sql_dialect.row_version(self._spec.name)]
 
     def _select(self, unit: Unit, marker: Any, shape: Any, nf: Any, sort: Any, limit: str, offset: bool) -> Any:
         """``limit``: ``""`` (none), ``"param"`` (the ``lim`` parameter) or ``"one"`` (``LIMIT 1`` literally, for
@@ -308,7 +307,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
             stmt = sa.select(sa.func.count()).select_from(self._spec.table)
             return stmt if marker is None else stmt.where(self._where_clause(nf))
 
-        return self._stmt(("c", self._spec.name, shape), build)
+        return self._stmt(("count", self._spec.name, shape), build)
 
     @tracked("size")
     async def size(self) -> int:
@@ -409,7 +408,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         for_update = unit.for_update
         versioned = unit.optimistic
         stmt = self._backend.stmts.get(
-            ("pkget", spec.name, for_update, versioned), lambda: self._pk_select(for_update, versioned)
+            ("get_by_key", spec.name, for_update, versioned), lambda: self._pk_select(for_update, versioned)
         )
         rows = await unit.fetch(stmt, self._pk_binds(key))
         if versioned:
@@ -430,15 +429,12 @@ class SqlCollection(SqlPrimitive, Collection[T]):
 
         def build() -> Any:
             col = t.c[json_field]
-            if self._backend.dialect == "postgresql":
-                present = [col.op("->>")(sa.literal_column(f"'{k}'")).is_not(None) for k in keys]
-            else:
-                present = [sa.func.json_extract(col, f"$.{k}").is_not(None) for k in keys]
+            present = [self._backend.sql_dialect.json_key_present(col, k) for k in keys]
             where = sa.and_(t.c.status.in_([bp(f"s{i}") for i in range(len(statuses))]), sa.or_(*present))
             stmt = sa.select(*spec.columns).where(where).order_by(spec.order_col)
             return stmt.with_for_update() if for_update else stmt
 
-        stmt = self._stmt(("json_path_query", spec.name, len(statuses), json_field, tuple(keys), for_update), build)
+        stmt = self._stmt(("json_key_present", spec.name, len(statuses), json_field, tuple(keys), for_update), build)
         values = {f"s{i}": v for i, v in enumerate(statuses)}
         rows = await self._run(False, lambda u: u.fetch(stmt, values))
         return [spec.from_row(r) for r in rows]  # type: ignore[misc]
@@ -465,9 +461,10 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         if deferring is not None and await deferring.batch.insert(deferring, spec, keys, rows):  # type: ignore[union-attr]
             return
         cols = spec.column_names
-        if self._backend.dialect == "sqlite":
+        dialect = self._backend.sql_dialect
+        if dialect.embedded:  # executemany in a savepoint
             stmt = self._stmt(("insert", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
-            select_key = self._stmt(("pk", spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
+            select_key = self._stmt(("key_exists", spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
             params = [[row[n] for n in stmt[1]] for row in rows]
 
             def bulk(conn: sqlite3.Connection) -> Optional[Tuple[Any, ...]]:
@@ -477,34 +474,31 @@ class SqlCollection(SqlPrimitive, Collection[T]):
                         return None
                     except sqlite3.IntegrityError:
                         return keys[0]
-                conn.execute("SAVEPOINT rh_insert")
+                conn.execute(dialect.SAVEPOINT_INSERT)
                 try:
                     conn.executemany(stmt[0], params)
                 except sqlite3.IntegrityError:
-                    conn.execute("ROLLBACK TO rh_insert")
-                    conn.execute("RELEASE rh_insert")
+                    conn.execute(dialect.ROLLBACK_TO_INSERT)
+                    conn.execute(dialect.RELEASE_INSERT)
                     for key in keys:
                         binds = self._pk_binds(key)
                         if conn.execute(select_key[0], StatementCache.params(select_key, binds)).fetchone():
                             return key
                     return keys[0]
-                conn.execute("RELEASE rh_insert")
+                conn.execute(dialect.RELEASE_INSERT)
                 return None
 
-            async def run_sqlite(unit: Unit) -> Optional[Tuple[Any, ...]]:
+            async def run_embedded(unit: Unit) -> Optional[Tuple[Any, ...]]:
                 return await (await unit.driver()).call(bulk)  # type: ignore[no-any-return]
 
-            dup = await self._run(True, run_sqlite)
-        else:
-            col_list = ", ".join(f'"{c}"' for c in cols)
-            arrays = ", ".join(f"${i + 1}::{PG_ARRAY[spec.kinds.get(c, 'json')]}" for i, c in enumerate(cols))
-            pks = ", ".join(f'"{k}"' for k in spec.primary_keys)
-            sql = f'INSERT INTO "{spec.name}" ({col_list}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING RETURNING {pks}'
+            dup = await self._run(True, run_embedded)
+        else:  # one statement that skips existing keys, then undo our own rows if any key existed
+            sql = dialect.insert_skipping_conflicts(spec.name, cols, spec.kinds, spec.primary_keys)
 
             columns = [[row[c] for row in rows] for c in cols]
             delete = self._stmt(("delete", spec.name), lambda: sa.delete(spec.table).where(self._pk_where()))
 
-            async def run_pg(unit: Unit) -> Optional[Tuple[Any, ...]]:
+            async def run_server(unit: Unit) -> Optional[Tuple[Any, ...]]:
                 inserted = [tuple(r) for r in await unit.fetch_sql(sql, columns)]
                 if len(inserted) == len(rows):
                     return None
@@ -513,7 +507,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
                 done = set(inserted)
                 return next(k for k in keys if k not in done)
 
-            dup = await self._run(True, run_pg)
+            dup = await self._run(True, run_server)
         if dup is not None:
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {_pk_repr(spec, dup)} already exists")
 
@@ -609,7 +603,7 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         t = spec.table
 
         def build() -> Any:
-            ins = self._backend._insert(t).values({c: bp(c) for c in spec.column_names})
+            ins = self._backend.sql_dialect.insert(t).values({c: bp(c) for c in spec.column_names})
             first = spec.primary_keys[0]
             sets = {n: ins.excluded[n] for n in names} or {first: t.c[first]}
             stmt = ins.on_conflict_do_update(index_elements=list(spec.primary_keys), set_=sets)

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 
 class SqlQueue(SqlPrimitive, Queue[str]):
-    """A FIFO of strings: table ``rollout_queue(seq autoincrement, value)``; PostgreSQL pops with
-    ``FOR UPDATE SKIP LOCKED``."""
+    """A FIFO of strings: table ``rollout_queue(seq autoincrement, value)``; pops with the dialect's
+    queue-claim statement (``SqlDialect.queue_pop``: PostgreSQL ``FOR UPDATE SKIP LOCKED``)."""
 
     def __init__(self, backend: SqlLightningCollections, unit: Optional[Unit] = None) -> None:
         super().__init__(tracker=backend.tracker)
@@ -69,18 +69,16 @@ class SqlQueue(SqlPrimitive, Queue[str]):
         if deferring is not None:
             deferring.batch.enqueue(values)  # type: ignore[union-attr]
             return values
-        if self._backend.dialect == "sqlite":
-            stmt = self._stmt(("qi",), lambda: sa.insert(self._table).values(value=bp("v")))
+        dialect = self._backend.sql_dialect
+        if dialect.embedded:  # executemany of one insert
+            stmt = self._stmt(("queue_insert",), lambda: sa.insert(self._table).values(value=bp("v")))
 
-            async def run_sqlite(unit: Unit) -> None:
+            async def run_embedded(unit: Unit) -> None:
                 await (await unit.driver()).call(lambda c: c.executemany(stmt[0], [(v,) for v in values]))
 
-            await self._run(True, run_sqlite)
+            await self._run(True, run_embedded)
         else:
-            sql = (
-                "INSERT INTO rollout_queue (value) SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
-                "ORDER BY i"
-            )
+            sql = dialect.enqueue_many()
             await self._run(True, lambda u: u.fetch_sql(sql, [values]))
         return values
 
@@ -90,15 +88,8 @@ class SqlQueue(SqlPrimitive, Queue[str]):
         if limit <= 0:
             return []
         t = self._table
-        pg = self._backend.dialect == "postgresql"
-
-        def build() -> Any:
-            head = sa.select(t.c.seq).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer()))
-            if pg:
-                head = head.with_for_update(skip_locked=True)
-            return sa.delete(t).where(t.c.seq.in_(head.scalar_subquery())).returning(t.c.seq, t.c.value)
-
-        stmt = self._stmt(("qd",), build)
+        dialect = self._backend.sql_dialect
+        stmt = self._stmt(("queue_pop",), lambda: dialect.queue_pop(t, bp("lim", type_=sa.Integer())))
 
         async def run(unit: Unit) -> List[str]:
             return [value for _, value in sorted(tuple(r) for r in await unit.fetch(stmt, {"lim": limit}))]
@@ -111,11 +102,13 @@ class SqlQueue(SqlPrimitive, Queue[str]):
         if limit <= 0:
             return []
         t = self._table
-        stmt = self._stmt(("qp",), lambda: sa.select(t.c.value).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer())))
+        stmt = self._stmt(
+            ("queue_peek",), lambda: sa.select(t.c.value).order_by(t.c.seq).limit(bp("lim", type_=sa.Integer()))
+        )
         return await self._run(False, lambda u: fetch_column(u, stmt, {"lim": limit}))
 
     @tracked("size")
     async def size(self) -> int:
         """Number of queued values."""
-        stmt = self._stmt(("qn",), lambda: sa.select(sa.func.count()).select_from(self._table))
+        stmt = self._stmt(("queue_size",), lambda: sa.select(sa.func.count()).select_from(self._table))
         return int(await self._run(False, lambda u: fetch_scalar(u, stmt, {})))

@@ -22,11 +22,12 @@ from typing import Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequ
 import sqlalchemy as sa
 from pydantic import BaseModel
 from pydantic_core import from_json, to_json
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rollouthub.types import Attempt, ResourcesUpdate, Rollout, Span, Worker
+
+from .sql_dialect import SqlDialect, json_dumps
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -51,11 +52,6 @@ Kind = Literal["str", "int", "float", "json"]
 
 class SchemaVersionError(RuntimeError):
     """The database was written by an incompatible version of rollouthub."""
-
-
-def json_dumps(value: Any) -> str:
-    """Compact JSON used for every JSON column (deterministic for a given Python value)."""
-    return to_json(value).decode()
 
 
 def normalize_database_url(url: str) -> Tuple[URL, Dialect]:
@@ -246,14 +242,13 @@ _MODELS: Tuple[Tuple[str, Type[BaseModel], Tuple[str, ...], Tuple[Tuple[str, ...
 class SqlSchema:
     """All tables of one database, built for a dialect."""
 
-    def __init__(self, dialect: Dialect) -> None:
-        self.dialect = dialect
+    def __init__(self, sql_dialect: SqlDialect) -> None:
+        self.sql_dialect = sql_dialect
+        """The dialect the column types, the extra columns and the insertion order come from."""
+        self.dialect = sql_dialect.name
         self.metadata = sa.MetaData()
-        pg = dialect == "postgresql"
-        text_type: Any = sa.String(collation="C") if pg else sa.String()
-        # SQLite: JSON text in TEXT-affinity columns (a column declared JSON would get NUMERIC affinity and turn
-        # the text '5' into the integer 5); the JSON1 functions work on it.
-        json_type: Any = postgresql.JSONB(none_as_null=False) if pg else sa.Text()
+        text_type: Any = sql_dialect.text_type()
+        json_type: Any = sql_dialect.json_type()
         self.json_type = json_type
         self.specs: Dict[str, TableSpec] = {}
         for name, model, pks, indexes in _MODELS:
@@ -270,12 +265,11 @@ class SqlSchema:
             has_extra = bool(model.model_config.get("extra") == "allow")
             if has_extra:
                 cols.append(sa.Column("extra", json_type, nullable=True))
-            if pg:
-                cols.append(sa.Column("_order", sa.BigInteger(), sa.Identity(), nullable=False))
+            cols.extend(sql_dialect.extra_columns())
             table = sa.Table(name, self.metadata, *cols)
             for idx_cols in indexes:
                 sa.Index(f"ix_{name}_{'_'.join(idx_cols)}", *[table.c[c] for c in idx_cols])
-            order_col = table.c["_order"] if pg else sa.literal_column(f"{name}.rowid")
+            order_col = sql_dialect.insertion_order(table)
             spec = TableSpec(
                 name=name,
                 model=model,
@@ -335,8 +329,6 @@ MIGRATIONS: Dict[int, Migration] = {1: _v1_to_v2}
 """Forward migrations: ``MIGRATIONS[v]`` upgrades a database from version ``v`` to ``v + 1`` (inside one
 transaction). Version 1 was the first released schema; 2 dropped the secondary indexes of attempts and spans."""
 
-PG_SCHEMA_LOCK_KEY = 0x726F6C6C  # "roll": advisory lock serialising schema creation across processes
-
 
 async def ensure_schema(
     conn: AsyncConnection,
@@ -353,8 +345,8 @@ async def ensure_schema(
     """
     target = SCHEMA_VERSION if target_version is None else target_version
     steps = MIGRATIONS if migrations is None else migrations
-    if schema.dialect == "postgresql":
-        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK_KEY})
+    for statement in schema.sql_dialect.schema_lock_statements():
+        await conn.exec_driver_sql(statement)
     existing = set(await conn.run_sync(lambda c: sa.inspect(c).get_table_names()))
     vt = schema.version_table
     if SCHEMA_TABLE not in existing:

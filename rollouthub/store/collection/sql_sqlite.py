@@ -30,7 +30,7 @@ import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -46,28 +46,20 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
+def _connect(path: str, busy_timeout: float, pragmas: Sequence[str]) -> sqlite3.Connection:
     # A statement cache larger than the default 128: the compiled shapes (filters x sorts x pagination x tables) of a
     # busy server can exceed it, and re-preparing a statement costs more than running it.
     conn = sqlite3.connect(
         path, isolation_level=None, timeout=busy_timeout, check_same_thread=False, cached_statements=512
     )
-    for statement in _pragmas(busy_timeout, synchronous):
+    for statement in pragmas:
         conn.execute(statement)
     return conn
 
 
-def _pragmas(busy_timeout: float, synchronous: str) -> Tuple[str, ...]:
-    return (
-        f"PRAGMA busy_timeout={int(busy_timeout * 1000)}",
-        "PRAGMA journal_mode=WAL",
-        f"PRAGMA synchronous={synchronous}",
-    )
-
-
-def checkpoint_and_truncate(path: str, busy_timeout: float = 5.0) -> Optional[Tuple[int, int, int]]:
-    """Copy every committed page of the write-ahead log into the database file and empty the log
-    (``PRAGMA wal_checkpoint(TRUNCATE)``), so that the ``.db`` file alone holds every committed write.
+def checkpoint_and_truncate(path: str, checkpoint: str, busy_timeout: float = 5.0) -> Optional[Tuple[int, int, int]]:
+    """Copy every committed page of the write-ahead log into the database file and empty the log (``checkpoint``:
+    the dialect's ``WAL_CHECKPOINT_TRUNCATE`` pragma), so that the ``.db`` file alone holds every committed write.
 
     Returns SQLite's ``(busy, log pages, checkpointed pages)``; ``None`` for an in-memory database or a file that
     does not exist. Complete (``busy == 0``) when no other connection is reading or writing at the time.
@@ -79,7 +71,7 @@ def checkpoint_and_truncate(path: str, busy_timeout: float = 5.0) -> Optional[Tu
     except sqlite3.OperationalError:  # no such file
         return None
     try:
-        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        row = conn.execute(checkpoint).fetchone()
         return (int(row[0]), int(row[1]), int(row[2])) if row is not None else None
     finally:
         conn.close()
@@ -235,13 +227,13 @@ class SqliteDriver:
 
 
 def make_driver_factory(
-    path: str, busy_timeout: float, synchronous: str, *, inline: bool = True
+    path: str, busy_timeout: float, pragmas: Sequence[str], *, inline: bool = True
 ) -> Callable[[], Awaitable[SqliteDriver]]:
-    """A coroutine function opening :class:`SqliteDriver` connections to ``path``."""
+    """A coroutine function opening :class:`SqliteDriver` connections to ``path`` (each runs ``pragmas`` first)."""
     sqlite_busy = 0.0 if inline else busy_timeout
 
     async def factory() -> SqliteDriver:
-        connector = partial(_connect, path, sqlite_busy, synchronous)
+        connector = partial(_connect, path, sqlite_busy, tuple(pragmas))
         return await SqliteDriver(connector, inline=inline, busy_timeout=busy_timeout).open()
 
     return factory
@@ -253,10 +245,10 @@ def engine_connect_args(busy_timeout: float) -> Dict[str, Any]:
     return {"isolation_level": None, "timeout": busy_timeout, "check_same_thread": False, "cached_statements": 512}
 
 
-def install_engine_pragmas(engine: AsyncEngine, busy_timeout: float, synchronous: str) -> None:
-    """Apply the backend's connection pragmas (WAL, ``busy_timeout``, ``synchronous``) to every connection
-    ``engine`` opens (a ``connect`` event listener)."""
-    statements = _pragmas(busy_timeout, synchronous)
+def install_engine_pragmas(engine: AsyncEngine, pragmas: Sequence[str]) -> None:
+    """Apply the backend's connection pragmas (WAL, ``busy_timeout``, ``synchronous``: the dialect's
+    ``sqlite_pragmas``) to every connection ``engine`` opens (a ``connect`` event listener)."""
+    statements = tuple(pragmas)
 
     def on_connect(dbapi_conn: Any, connection_record: Any) -> None:
         cursor = dbapi_conn.cursor()
