@@ -107,8 +107,9 @@ class StoreServerActor:
 
     The server serves the database at ``backend`` (a PostgreSQL URL, or a SQLite file on that node) on the node's
     address (the one its clients are given; never the driver's bind host) and ``port``, with the bearer token of
-    ``ROLLOUTHUB_API_TOKEN`` (put in the actor's environment by the strategy). Ray re-creates a restarted actor with the same arguments on the same node, so the server comes back at the same address and its
-    clients reconnect (their retries cover the restart); the database keeps the data.
+    ``ROLLOUTHUB_API_TOKEN`` (put in the actor's environment by the strategy). Ray re-creates a restarted actor with
+    the same arguments on the same node, so the server comes back at the same address and its clients reconnect
+    (their retries cover the restart); the database keeps the data.
 
     Args:
         backend: the database the server opens (``postgresql://...`` or ``sqlite:///...``).

@@ -12,10 +12,10 @@ Each namespace gets one veth pair in its own ``/30`` subnet of a random ``10.x.y
 ``address`` (``.2``, ``.6``, ...), the root side ``gateway`` (``.1``, ``.5``, ...), and the namespace's default route
 goes through its gateway -- so every namespace reaches every gateway address (the root namespace routes between
 its interfaces), but not the root namespace's loopback; with ``route_between=True`` the root namespace also forwards
-from one namespace to another (IPv4 forwarding on while they exist), so they reach each other's addresses. Names carry the process id and a random suffix (several runs
-may share the machine); everything is deleted on exit, also when the body fails, and namespaces left behind by a
-killed process are removed by the next run of this process id... or by ``ip netns del`` (their names start with
-``rhns``).
+from one namespace to another (IPv4 forwarding on while they exist), so they reach each other's addresses. Names
+carry the process id and a random suffix (several runs may share the machine); everything is deleted on exit, also
+when the body fails, and namespaces left behind by a killed process are removed by the next run of this process
+id... or by ``ip netns del`` (their names start with ``rhns``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 The head node runs in the root network namespace, bound to a non-loopback address (the gateway of a
 :mod:`rollouthub.testing.netns` namespace); each worker node runs in its own network namespace with its own
 address, joined with ``ray start --address <head>``; the nodes reach each other's addresses (the root namespace
-forwards between the namespaces while the cluster runs), as the machines of a real cluster do. Every node is a ``ray start --block`` child process in its own
-session, so one node can be killed (every process of it, not ``ray stop``, which would stop every Ray process on the
-machine) and the whole cluster is torn down on exit, also when the body fails::
+forwards between the namespaces while the cluster runs), as the machines of a real cluster do. Every node is a
+``ray start --block`` child process in its own session, so one node can be killed (every process of it, not
+``ray stop``, which would stop every Ray process on the machine) and the whole cluster is torn down on exit, also
+when the body fails::
 
     reason = ray_cluster_unavailable_reason()          # None where Ray and network namespaces are available
     with ray_cluster(n_worker_nodes=2) as cluster:

@@ -18,8 +18,9 @@ Units of work (``atomic()`` / ``execute()``):
 * PostgreSQL fast path (on unless ``pg_fast_path=False`` / ``ROLLOUTHUB_PG_FAST_PATH=0``): ``execute(commit=True)``
   units (the business logic's read-modify-write units) defer their writes into one statement and run optimistically
   first (reads without a transaction, the writes guarded by the versions of the rows read), starting a transaction
-  where the unit needs a result mid-way and running again in one when a row changed: see :mod:`.sql_batch`. Their compound reads (:mod:`.sql_compound`) may be answered from what the process
-  remembers, checked by the write statement (:mod:`.sql_caches`).
+  where the unit needs a result mid-way and running again in one when a row changed: see :mod:`.sql_batch`. Their
+  compound reads (:mod:`.sql_compound`) may be answered from what the process remembers, checked by the write
+  statement (:mod:`.sql_caches`).
 * ``labels=["generic"]`` alone: process-local coordination only (no database transaction).
 
 A unit is bound to the task that opened it: nested ``atomic()`` calls from the same task join it. Driver
@@ -322,7 +323,8 @@ class SqlLightningCollections(LightningCollections):
         """PostgreSQL: the latest resources snapshot and its version, as last read (see
         :func:`.sql_compound.latest_resources`); ``None``: unknown."""
         self.rollout_cache: Dict[str, CachedRollout] = {}
-        """PostgreSQL: the rollouts (with their latest attempt) as this process last read or wrote them (see :func:`.sql_compound.get_rollout_and_attempts`)."""
+        """PostgreSQL: the rollouts (with their latest attempt) as this process last read or wrote them (see
+        :func:`.sql_compound.get_rollout_and_attempts`)."""
         self.queue_mirror = QueueMirror()
         """PostgreSQL: the queue entries this process appended (see :class:`.sql_caches.QueueMirror`)."""
         self.claiming: Set[int] = set()
@@ -450,8 +452,9 @@ class SqlLightningCollections(LightningCollections):
         labels: Optional[Sequence[AtomicLabels]],
         optimistic: Optional[bool] = None,
     ) -> Any:
-        """``optimistic``: ``None`` for a plain unit; ``True``/``False`` for a PostgreSQL unit of ``execute(commit=True)``
-        that defers its writes, run optimistically or in a transaction (see :mod:`.sql_batch`)."""
+        """``optimistic``: ``None`` for a plain unit; ``True``/``False`` for a PostgreSQL unit of
+        ``execute(commit=True)`` that defers its writes, run optimistically or in a transaction (see
+        :mod:`.sql_batch`)."""
         if labels and all(label == "generic" for label in labels):
             return _GenericScope(self)
         if optimistic is None:
