@@ -295,6 +295,41 @@ class Unit:
         except ValueError:
             return 0
 
+    async def insert_all_or_none(self, compiled: Compiled, rows: Sequence[Dict[str, Any]]) -> bool:
+        """Embedded database: run the cached ``INSERT`` once per row of values in one ``executemany``; when a key
+        already exists nothing of it stays (undone to a savepoint: :attr:`~.sql_dialect.SqlDialect.SAVEPOINT_INSERT`).
+        Returns whether the rows were inserted."""
+        assert self.sqlite, "insert_all_or_none runs on the embedded driver"
+        raw = self.raw if self.raw is not None else await self.driver()
+        params = [StatementCache.params(compiled, row) for row in rows]
+        dialect = self.backend.sql_dialect
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            if len(params) == 1:  # one statement is atomic by itself: no savepoint needed
+                try:
+                    conn.execute(compiled[0], params[0])
+                    return True
+                except sqlite3.IntegrityError:
+                    return False
+            conn.execute(dialect.SAVEPOINT_INSERT)
+            try:
+                conn.executemany(compiled[0], params)
+            except sqlite3.IntegrityError:
+                conn.execute(dialect.ROLLBACK_TO_INSERT)
+                conn.execute(dialect.RELEASE_INSERT)
+                return False
+            conn.execute(dialect.RELEASE_INSERT)
+            return True
+
+        return await raw.call(insert)  # type: ignore[no-any-return]
+
+    async def execute_many(self, compiled: Compiled, rows: Sequence[Dict[str, Any]]) -> None:
+        """Embedded database: run the cached statement once per row of values, in one ``executemany``."""
+        assert self.sqlite, "execute_many runs on the embedded driver"
+        raw = self.raw if self.raw is not None else await self.driver()
+        params = [StatementCache.params(compiled, row) for row in rows]
+        await raw.call(lambda conn: conn.executemany(compiled[0], params))
+
     async def fetch_sql(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         """Run literal SQL (driver paramstyle) and return its rows."""
         raw = await self.driver()

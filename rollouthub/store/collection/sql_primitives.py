@@ -12,7 +12,6 @@ it replaces.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -43,7 +42,7 @@ from .base import (
     resolve_sort,
     tracked,
 )
-from .sql_engine import ACTIVE_UNIT, StatementCache, Unit
+from .sql_engine import ACTIVE_UNIT, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
 from .sql_schema import TableSpec
 
@@ -462,34 +461,17 @@ class SqlCollection(SqlPrimitive, Collection[T]):
             return
         cols = spec.column_names
         dialect = self._backend.sql_dialect
-        if dialect.embedded:  # executemany in a savepoint
+        if dialect.embedded:  # executemany: all rows or none
             stmt = self._stmt(("insert", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
             select_key = self._stmt(("key_exists", spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
-            params = [[row[n] for n in stmt[1]] for row in rows]
-
-            def bulk(conn: sqlite3.Connection) -> Optional[Tuple[Any, ...]]:
-                if len(params) == 1:  # one statement is atomic by itself: no savepoint needed
-                    try:
-                        conn.execute(stmt[0], params[0])
-                        return None
-                    except sqlite3.IntegrityError:
-                        return keys[0]
-                conn.execute(dialect.SAVEPOINT_INSERT)
-                try:
-                    conn.executemany(stmt[0], params)
-                except sqlite3.IntegrityError:
-                    conn.execute(dialect.ROLLBACK_TO_INSERT)
-                    conn.execute(dialect.RELEASE_INSERT)
-                    for key in keys:
-                        binds = self._pk_binds(key)
-                        if conn.execute(select_key[0], StatementCache.params(select_key, binds)).fetchone():
-                            return key
-                    return keys[0]
-                conn.execute(dialect.RELEASE_INSERT)
-                return None
 
             async def run_embedded(unit: Unit) -> Optional[Tuple[Any, ...]]:
-                return await (await unit.driver()).call(bulk)  # type: ignore[no-any-return]
+                if await unit.insert_all_or_none(stmt, rows):
+                    return None
+                for key in keys:  # which key existed (rows repeating a key were refused above)
+                    if await unit.fetch(select_key, self._pk_binds(key)):
+                        return key
+                return keys[0]
 
             dup = await self._run(True, run_embedded)
         else:  # one statement that skips existing keys, then undo our own rows if any key existed

@@ -73,10 +73,7 @@ class SqlQueue(SqlPrimitive, Queue[str]):
         if dialect.embedded:  # executemany of one insert
             stmt = self._stmt(("queue_insert",), lambda: sa.insert(self._table).values(value=bp("v")))
 
-            async def run_embedded(unit: Unit) -> None:
-                await (await unit.driver()).call(lambda c: c.executemany(stmt[0], [(v,) for v in values]))
-
-            await self._run(True, run_embedded)
+            await self._run(True, lambda unit: unit.execute_many(stmt, [{"v": v} for v in values]))
         else:
             sql = dialect.enqueue_many()
             await self._run(True, lambda u: u.fetch_sql(sql, [values]))
