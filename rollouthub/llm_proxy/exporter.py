@@ -29,13 +29,13 @@ import urllib.request
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from rollouthub.env_var import resolve_api_token
 from rollouthub.semconv import LightningResourceAttributes
 from rollouthub.types import Span
+from rollouthub.utils.otlp import stamp_resource_attributes
 
 if TYPE_CHECKING:
     import aiohttp
@@ -225,26 +225,23 @@ class LightningSpanExporter(SpanExporter):
     @staticmethod
     def _otlp_body(batch: Sequence[Tuple[_Target, Sequence[ReadableSpan]]]) -> bytes:
         """One OTLP/HTTP body carrying every subtree of ``batch``, each stamped with its rollout, attempt and
-        sequence id in its spans' resource (one resource per subtree)."""
+        sequence id on its encoded resources (the SDK spans are not changed)."""
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-        spans: List[ReadableSpan] = []
+        request = ExportTraceServiceRequest()
         for (_, rollout_id, attempt_id, sequence_id), subtree in batch:
-            extra = Resource(
+            encoded = encode_spans(subtree)
+            stamp_resource_attributes(
+                encoded,
                 {
                     LightningResourceAttributes.ROLLOUT_ID.value: rollout_id,
                     LightningResourceAttributes.ATTEMPT_ID.value: attempt_id,
                     LightningResourceAttributes.SPAN_SEQUENCE_ID.value: sequence_id,
-                }
+                },
             )
-            merged: Dict[int, Resource] = {}  # the spans of a subtree share their resource: merge it once
-            for span in subtree:
-                resource = merged.get(id(span.resource))
-                if resource is None:
-                    resource = merged[id(span.resource)] = span.resource.merge(extra)
-                span._resource = resource  # same stamping as LightningStoreOTLPExporter
-                spans.append(span)
-        return encode_spans(spans).SerializeToString()
+            request.resource_spans.extend(encoded.resource_spans)
+        return bytes(request.SerializeToString())
 
     @classmethod
     def _otlp_request(cls, target: _Target, subtree: Sequence[ReadableSpan]) -> Tuple[str, bytes, Dict[str, str]]:

@@ -300,34 +300,6 @@ async def test_error_status_bodies(server: LightningStoreServer) -> None:
     assert status == 200  # an empty body is an empty request
 
 
-def test_exporter_redirects_and_tags(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
-    exporter = LightningStoreOTLPExporter(endpoint="http://original:4318/v1/traces")
-    provider = TracerProvider()
-    with provider.get_tracer("t").start_as_current_span("s") as span:
-        pass
-    assert exporter.export([span]) == SpanExportResult.SUCCESS  # bypassed without ids
-    sent: list[Any] = []
-    monkeypatch.setattr(
-        type(exporter).__mro__[1], "export", lambda self, spans: sent.append((self.endpoint, spans)) or "ok"
-    )
-    exporter.enable_store_otlp("http://store:4747/v1/traces", "ro-1", "at-1", api_token="tok")
-    assert (exporter.endpoint, exporter.rollout_id, exporter.attempt_id) == (
-        "http://store:4747/v1/traces",
-        "ro-1",
-        "at-1",
-    )
-    assert exporter._client._headers["Authorization"] == "Bearer tok"
-    assert exporter.export([span]) == "ok"
-    attrs = sent[0][1][0].resource.attributes
-    assert attrs["agentlightning.rollout_id"] == "ro-1" and attrs["agentlightning.attempt_id"] == "at-1"
-    exporter.disable_store_otlp()
-    assert exporter.endpoint == "http://original:4318/v1/traces" and exporter.rollout_id is None
-    assert "Authorization" not in exporter._client._headers
-
-
 async def test_exporter_against_live_server(server: LightningStoreServer) -> None:
     import asyncio
 

@@ -465,92 +465,9 @@ def test_processor_waits_for_a_slow_store_at_most_once_per_trace(monkeypatch: py
     processor.shutdown()
 
 
-def test_exporter_tags_each_distinct_resource_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
-    from rollouthub.utils.otlp import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
-
-    sent: List[List[Any]] = []
-
-    def fake_export(self: Any, spans: Any) -> SpanExportResult:
-        sent.append(list(spans))
-        return SpanExportResult.SUCCESS
-
-    monkeypatch.setattr(OTLPSpanExporter, "export", fake_export)
-    exporter = LightningStoreOTLPExporter()
-    exporter.enable_store_otlp("http://127.0.0.1:9/v1/traces", "ro-1", "at-1")
-    bare = Resource({"service.name": "agent"})
-    tagged = Resource({"service.name": "agent", AGL_ROLLOUT_ID: "ro-1", AGL_ATTEMPT_ID: "at-1"})
-    stale = Resource({AGL_ROLLOUT_ID: "ro-0", AGL_ATTEMPT_ID: "at-0"})
-    spans = [ReadableSpan(name=f"s{i}", resource=r) for i, r in enumerate([bare, bare, tagged, stale])]
-    exporter.export(spans)
-    [batch] = sent
-    assert batch[0].resource is batch[1].resource  # one merge for the shared resource
-    assert dict(batch[0].resource.attributes) == {
-        "service.name": "agent",
-        AGL_ROLLOUT_ID: "ro-1",
-        AGL_ATTEMPT_ID: "at-1",
-    }
-    assert batch[2].resource is tagged  # already names this attempt: left alone
-    assert (batch[3].resource.attributes[AGL_ROLLOUT_ID], batch[3].resource.attributes[AGL_ATTEMPT_ID]) == (
-        "ro-1",
-        "at-1",
-    )
-
-
 def test_get_otel_tracer_is_built_once_per_name() -> None:
     tracer = OtelTracer()
     with tracer.lifespan():
         assert tracer.get_otel_tracer() is tracer.get_otel_tracer()
         assert tracer.get_otel_tracer("a") is tracer.get_otel_tracer("a")
         assert tracer.get_otel_tracer("a") is not tracer.get_otel_tracer("b")
-
-
-def test_exporter_keeps_one_connection_alive_across_batches() -> None:
-    import http.server
-
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExportResult
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    connections: List[Any] = []
-    requests: List[int] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            connections.append(self.client_address)
-            super().setup()
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            requests.append(1)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        exporter = LightningStoreOTLPExporter()
-        exporter.enable_store_otlp(f"http://127.0.0.1:{server.server_address[1]}/v1/traces", "ro-1", "at-1")
-        for batch in range(3):
-            context = SpanContext(1, batch + 1, is_remote=False, trace_flags=TraceFlags(1))
-            span = ReadableSpan(name=f"s{batch}", context=context, resource=Resource({}), start_time=1, end_time=2)
-            assert exporter.export([span]) is SpanExportResult.SUCCESS
-        exporter.shutdown()
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert len(requests) == 3
-    assert len(connections) == 1  # one kept-alive connection per exporter (per process), not one per batch
