@@ -427,12 +427,16 @@ class OtelTracer(Tracer):
             self._holds_openai_instrumentation = acquire_native_openai()
 
     def preload(self) -> None:
-        """Import the store OTLP exporter and, unless ``instrument_openai=False``, the OpenAI SDK modules the native
-        instrumentation patches (nothing is patched here; see :meth:`Tracer.preload`)."""
+        """Import the store OTLP exporter with what building one imports (the OpenTelemetry exporter loads its HTTP
+        transport then: an exporter is built and shut down, nothing is sent) and, unless ``instrument_openai=False``,
+        the OpenAI SDK modules the native instrumentation patches (nothing is patched here; see
+        :meth:`Tracer.preload`)."""
         try:
-            import rollouthub.utils.otlp  # noqa: F401
+            from rollouthub.utils.otlp import LightningStoreOTLPExporter
         except ImportError:  # the exporter package is missing: init_worker says so
             pass
+        else:
+            LightningStoreOTLPExporter().shutdown()
         if self._instrument_openai:
             from rollouthub.instrumentation.openai import preload_openai
 

@@ -39,6 +39,19 @@ def test_preload_skips_openai_when_not_instrumenting() -> None:
     assert out == "False"
 
 
+def test_after_preload_building_the_store_exporter_imports_nothing() -> None:
+    out = _run(
+        "import sys\n"
+        "from rollouthub.tracer import OtelTracer\n"
+        "OtelTracer(instrument_openai=False).preload()\n"
+        "before = set(sys.modules)\n"
+        "from rollouthub.utils.otlp import LightningStoreOTLPExporter\n"
+        "LightningStoreOTLPExporter().shutdown()\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    assert out == "[]"  # what a runner's init_worker builds was imported once, before the runners were forked
+
+
 class RecordingTracer(DummyTracer):
     def __init__(self) -> None:
         super().__init__()
