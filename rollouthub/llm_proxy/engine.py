@@ -52,6 +52,7 @@ from .callbacks import LightningOpenTelemetry, LLMProxyCallback
 from .local_api import LocalRequestError
 from .middleware import ATTEMPT_ID_HEADER, ROLLOUT_ID_HEADER, SEQUENCE_ID_HEADER, is_own_middleware
 from .models import Deployment, ModelRouter, ProxySettings
+from .parsed_json import REQUEST_BODY, RESPONSE_BODY, parsed_json, remember_json
 from .replay import anthropic_stream_events, openai_stream_events
 from .spans import CallRecord, record_call_spans
 from .streams import SSEParser, stream_accumulator
@@ -405,7 +406,7 @@ class ProxyEngine:
         if denied is not None:
             return denied
         try:
-            body = json.loads(await request.body())
+            body = parsed_json(request.scope, REQUEST_BODY, await request.body())
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -460,7 +461,10 @@ class ProxyEngine:
                 await self._record(make_record(upstream.status, upstream.body if ok else None, error))
             if not ok:
                 return JSONResponse(upstream.body, status_code=upstream.status, headers=upstream.headers)
-            return self._replay_response(kind, upstream.body, body if streaming else None)
+            reply = self._replay_response(kind, upstream.body, body if streaming else None)
+            if isinstance(reply, JSONResponse):
+                remember_json(request.scope, RESPONSE_BODY, bytes(reply.body), upstream.body)
+            return reply
         if upstream.response is None:
             exc = upstream.error
             timeout = isinstance(exc, asyncio.TimeoutError)
@@ -480,6 +484,8 @@ class ProxyEngine:
             parsed = json.loads(raw)
         except ValueError:
             pass
+        else:
+            remember_json(request.scope, RESPONSE_BODY, raw, parsed)  # the stream conversion replays it unparsed
         ok = response.status // 100 == 2
         if attributed:
             error = None if ok else raw[:2000].decode("utf-8", "replace")

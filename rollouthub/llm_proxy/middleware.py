@@ -20,6 +20,7 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Sequence, Tuple, Union
 
+from .parsed_json import REQUEST_BODY, RESPONSE_BODY, parsed_json, remember_json
 from .replay import anthropic_stream_events, openai_stream_events
 
 if TYPE_CHECKING:
@@ -187,12 +188,15 @@ class StreamConversionMiddleware:
         except ValueError:
             data = None
         if not isinstance(data, dict) or data.get("stream") is not True:
+            if isinstance(data, dict):
+                remember_json(scope, REQUEST_BODY, body, data)  # the engine does not parse it again
             await self.app(scope, _replay_receive(body, receive), send)
             return
         stream_options = data.pop("stream_options", None)
         include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
         data["stream"] = False
         new_body = json.dumps(data).encode()
+        remember_json(scope, REQUEST_BODY, new_body, data)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in (b"content-length", b"accept")]
         headers += [(b"content-length", str(len(new_body)).encode()), (b"accept", b"application/json")]
         inner_scope = dict(scope)
@@ -212,7 +216,7 @@ class StreamConversionMiddleware:
         buffered = b"".join(chunks)
         if 200 <= status < 300:
             try:
-                parsed = json.loads(buffered)
+                parsed = parsed_json(inner_scope, RESPONSE_BODY, buffered)
                 if not isinstance(parsed, dict):
                     raise ValueError("not a JSON object")
                 events = (
