@@ -6,12 +6,24 @@ import asyncio
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import rollouthub as agl
 from rollouthub.types import RolloutConfig
+
+PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
+"""The resources of the tests' agents: a prompt template filled with the task's ``q``."""
 
 ACTIVE = ("preparing", "running")
 """Attempt states of a runner at work (an attempt is ``preparing`` until its first span)."""
+
+
+async def enqueue_prompt_tasks(store: Any, n: int, config: Optional[RolloutConfig] = None) -> List[str]:
+    """Publish :data:`PROMPT` and enqueue ``n`` tasks ``{"q": "0"}``, ``{"q": "1"}``, ... (with ``config`` when
+    given); returns their rollout ids in order."""
+    await store.add_resources(PROMPT)
+    kwargs = {} if config is None else {"config": config}
+    return [(await store.enqueue_rollout(input={"q": str(i)}, **kwargs)).rollout_id for i in range(n)]
 
 
 async def all_attempts(store: Any, rollout_ids: Sequence[str]) -> List[Any]:

@@ -19,14 +19,21 @@ from rollouthub.types import RolloutConfig
 from rollouthub.utils.server_launcher import pick_free_port
 from tests.store.sql_backends import drop_pg_schema, postgres_url
 
-from .helpers import all_attempts, answers, assert_each_succeeded_once, rollouts_and_workers, wait_all_ended
+from .helpers import (
+    PROMPT,
+    all_attempts,
+    answers,
+    assert_each_succeeded_once,
+    enqueue_prompt_tasks,
+    rollouts_and_workers,
+    wait_all_ended,
+)
 
 pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
 pytestmark = pytest.mark.timeout(300)
 
 TOKEN = "ray-store-token"
-PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
 
 
 @agl.rollout
@@ -111,8 +118,7 @@ def test_a_killed_store_server_actor_is_restarted_and_the_run_goes_on(
 
     @algo
     async def kill_the_store_server(*, store: Any) -> None:
-        await store.add_resources(PROMPT)
-        ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
+        ids = await enqueue_prompt_tasks(store, n_rollouts, config)
         deadline = time.monotonic() + 60
         while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=0.05)) < 3:  # a client waits < 0.1 s
             assert time.monotonic() < deadline, "no rollout ended before the kill"

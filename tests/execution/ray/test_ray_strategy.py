@@ -18,13 +18,11 @@ from rollouthub.execution.ray import RayExecutionStrategy
 from rollouthub.store.memory import InMemoryLightningStore
 from rollouthub.types import RolloutConfig
 
-from .helpers import all_attempts, assert_each_succeeded_once, busy_runner, wait_all_ended
+from .helpers import PROMPT, all_attempts, assert_each_succeeded_once, busy_runner, enqueue_prompt_tasks, wait_all_ended
 
 pytest.importorskip("ray", reason="the 'ray' strategy tests need the ray extra (pip install 'rollouthub[ray]')")
 
 pytestmark = pytest.mark.timeout(300)
-
-PROMPT = {"prompt_template": agl.PromptTemplate(template="Q: {q}", engine="f-string")}
 
 
 @agl.rollout
@@ -127,8 +125,7 @@ def test_killed_runner_actor_is_restarted_and_every_rollout_ends_per_its_retry_c
 
     @algo
     async def kill_one_runner(*, store: Any) -> None:
-        await store.add_resources(PROMPT)
-        ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
+        ids = await enqueue_prompt_tasks(store, n_rollouts, config)
         # Wait until a runner is executing a rollout, then kill its actor (Ray restarts it: no_restart=False).
         name = actor_names(strategy)[await busy_runner(store, ids)]
         local_ray.kill(local_ray.get_actor(name, namespace=strategy.namespace), no_restart=False)
@@ -184,8 +181,7 @@ def test_a_runner_dead_for_good_leaves_the_others_to_finish_the_run(
 
     @algo
     async def kill_one_runner_for_good(*, store: Any) -> None:
-        await store.add_resources(PROMPT)
-        ids = [(await store.enqueue_rollout(input={"q": str(i)}, config=config)).rollout_id for i in range(n_rollouts)]
+        ids = await enqueue_prompt_tasks(store, n_rollouts, config)
         seen["victim"] = await busy_runner(store, ids)
         name = actor_names(strategy)[seen["victim"]]
         local_ray.kill(local_ray.get_actor(name, namespace=strategy.namespace), no_restart=False)  # 0 restarts left
@@ -216,8 +212,7 @@ def test_every_runner_dead_for_good_fails_the_run_at_once(local_ray: Any) -> Non
 
     @algo
     async def kill_every_runner(*, store: Any) -> None:
-        await store.add_resources(PROMPT)
-        ids = [(await store.enqueue_rollout(input={"q": str(i)})).rollout_id for i in range(4)]
+        ids = await enqueue_prompt_tasks(store, 4)
 
         def kill_all() -> None:
             for name in actor_names(strategy):
