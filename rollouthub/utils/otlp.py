@@ -92,9 +92,9 @@ def encode_otlp_traces(spans: Sequence[Any], resource_attributes: Mapping[str, U
 
 class StoreOTLPSender:
     """POSTs OTLP bodies to the store over kept-alive connections (``urllib3``'s pool manager: thread-safe, one
-    connection per store host reused across batches), sending again after a dropped connection or a
+    connection per store host reused across batches), sending again after a failed connect or a
     :data:`EXPORT_RETRY_STATUSES` answer (three times at most, short backoff, ``Retry-After`` not waited for so an
-    export stays bounded)."""
+    export stays bounded) and once after a lost answer (the store skips spans it already holds)."""
 
     def __init__(self, timeout: float = DEFAULT_EXPORT_TIMEOUT_SECONDS) -> None:
         """Create the pool manager; ``timeout`` bounds each connect and each read (seconds)."""
@@ -102,7 +102,8 @@ class StoreOTLPSender:
 
         retries = urllib3.Retry(
             total=3,
-            read=0,  # the store may have stored what it was sent: never send a batch twice after a read error
+            read=1,  # once more after the answer was lost (e.g. a kept-alive connection closed as it was reused):
+            # the store may have stored the batch already, and skips the spans it has (same rollout, attempt, span id)
             backoff_factor=0.1,
             status_forcelist=EXPORT_RETRY_STATUSES,
             allowed_methods=None,
@@ -159,8 +160,8 @@ class LightningStoreOTLPExporter(_exporter_base()):  # type: ignore[misc]
 
     Store exports encode the batch once (OpenTelemetry's protobuf encoder), set the ids on the encoded resources
     (the SDK spans are not touched) and POST it over a kept-alive connection (:class:`StoreOTLPSender`); the
-    constructor's ``timeout`` (seconds, default 10) bounds each request. Nothing is retried after the store has
-    read a batch, so a batch is never stored twice.
+    constructor's ``timeout`` (seconds, default 10) bounds each request. A batch whose answer was lost is sent once
+    more; the store keeps one copy of each span (its identity is rollout, attempt and span id).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

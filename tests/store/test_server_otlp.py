@@ -317,6 +317,23 @@ async def test_exporter_against_live_server(server: LightningStoreServer) -> Non
     assert stored.name == "exported" and stored.attributes["k"] == "v"
 
 
+async def test_a_batch_sent_twice_is_stored_once(server: LightningStoreServer) -> None:
+    import asyncio
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    started = await server.start_rollout(input="x")
+    exporter = LightningStoreOTLPExporter()
+    exporter.enable_store_otlp(server.otlp_traces_endpoint(), started.rollout_id, started.attempt.attempt_id)
+    provider = TracerProvider()
+    with provider.get_tracer("t").start_as_current_span("once") as span:
+        pass
+    for _ in range(2):  # what the exporter does when the store's answer to the first copy was lost
+        assert (await asyncio.to_thread(exporter.export, [span])).name == "SUCCESS"
+    assert [stored.name for stored in await server.query_spans(started.rollout_id)] == ["once"]
+    exporter.shutdown()
+
+
 def test_ids_of_the_wrong_length_reject_their_span_and_empty_ids_stand_for_zeros() -> None:
     request = _request("ro-1", "at-1", n=4)
     spans = request.resource_spans[0].scope_spans[0].spans

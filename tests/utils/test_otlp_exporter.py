@@ -33,7 +33,7 @@ class Capture:
     url: str
     requests: List[Tuple[str, Dict[str, str], bytes]] = field(default_factory=list)
     connections: List[Any] = field(default_factory=list)
-    answers: List[Tuple[int, bytes]] = field(default_factory=list)  # consumed first; then 200 with an empty body
+    answers: List[Tuple[int, bytes]] = field(default_factory=list)  # consumed first (0: no answer); then 200, empty
 
     def resources(self, index: int = -1) -> List[Dict[str, Any]]:
         """The resource attributes of each ResourceSpans of request ``index``."""
@@ -62,6 +62,9 @@ def capture() -> Iterator[Capture]:
             got = state["capture"]
             got.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             status, answer = got.answers.pop(0) if got.answers else (200, b"")
+            if status == 0:  # read the request, then close the connection without an answer
+                self.close_connection = True
+                return
             self.send_response(status)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(answer)))
@@ -159,6 +162,18 @@ def test_a_busy_store_is_asked_again_and_an_error_is_a_failure(capture: Capture)
     capture.answers[:] = [(503, b"")] * 4
     assert exporter.export([_span("s", Resource({}))]) is SpanExportResult.FAILURE
     assert len(capture.requests) == 8  # the first try and three more
+    exporter.shutdown()
+
+
+def test_a_lost_answer_is_sent_once_more_on_a_new_connection(capture: Capture) -> None:
+    exporter = LightningStoreOTLPExporter()
+    exporter.enable_store_otlp(capture.url, "ro-1", "at-1")
+    capture.answers[:] = [(0, b"")]
+    assert exporter.export([_span("s", Resource({}))]) is SpanExportResult.SUCCESS
+    assert len(capture.requests) == 2 and len(capture.connections) == 2
+    capture.answers[:] = [(0, b""), (0, b"")]
+    assert exporter.export([_span("s", Resource({}))]) is SpanExportResult.FAILURE  # once more, not again
+    assert len(capture.requests) == 4
     exporter.shutdown()
 
 
