@@ -40,7 +40,6 @@ __all__ = [
     "UNSET",
     "provided_fields",
     "check_assign_flags",
-    "dequeue_or_wait_with",
     "paginated_json",
     "paginated_json_from_items",
     "sleep_unless_abandoned",
@@ -130,32 +129,6 @@ async def sleep_unless_abandoned(seconds: float, abandoned: Optional[Callable[[]
             return False
         await asyncio.sleep(min(ABANDON_CHECK_SECONDS, remaining))
     return True
-
-
-async def dequeue_or_wait_with(
-    store: Any,
-    attempt: Callable[[], Awaitable[Optional[AttemptedRollout]]],
-    timeout: float,
-    abandoned: Optional[Callable[[], bool]],
-    *,
-    poll_abandoned: bool = True,
-) -> Optional[AttemptedRollout]:
-    """``dequeue_rollout_or_wait`` on ``store`` with each claim attempt made by ``attempt`` (wrappers that serialize
-    calls pass an attempt that takes their lock, so that only the attempts -- not the wait -- hold it): event-driven
-    when ``store`` is collection-based, else one attempt and a sleep of ``timeout`` when it found nothing.
-
-    ``poll_abandoned=False``: ``abandoned`` is asked only before each claim that follows a wait, not every
-    :data:`ABANDON_CHECK_SECONDS` (the server, for which a held request ending early saves nothing, uses it so that
-    idle runners' requests cost no periodic wake-ups)."""
-    wait_and_claim = getattr(store, "_wait_and_claim", None)
-    if wait_and_claim is not None:
-        return await wait_and_claim(attempt, timeout, abandoned, poll_abandoned=poll_abandoned)  # type: ignore[no-any-return]
-    if abandoned is not None and abandoned():
-        return None
-    claimed = await attempt()
-    if claimed is None:
-        await sleep_unless_abandoned(timeout, abandoned if poll_abandoned else None)
-    return claimed
 
 
 def paginated_json(result: Any) -> bytes:
@@ -339,7 +312,30 @@ class LightningStore:
         :meth:`dequeue_rollout`, then, when it found nothing, a sleep of ``timeout`` seconds (cut short by
         ``abandoned``). Collection-based stores and the HTTP client wait event-driven instead.
         """
-        return await dequeue_or_wait_with(self, lambda: self.dequeue_rollout(worker_id=worker_id), timeout, abandoned)
+        return await self._wait_and_claim(lambda: self.dequeue_rollout(worker_id=worker_id), timeout, abandoned)
+
+    async def _wait_and_claim(
+        self,
+        attempt: Callable[[], Awaitable[Optional[AttemptedRollout]]],
+        timeout: float,
+        abandoned: Optional[Callable[[], bool]],
+        *,
+        poll_abandoned: bool = True,
+    ) -> Optional[AttemptedRollout]:
+        """The one "dequeue or wait" loop of a store, with each claim attempt made by ``attempt`` (wrappers that
+        serialize calls -- the server, the threaded store -- pass an attempt that takes their lock, so that only the
+        attempts, not the wait, hold it). This default makes one attempt and, when it found nothing, sleeps
+        ``timeout``; stores that can be woken by an enqueue (collection-based ones) override it.
+
+        ``poll_abandoned=False``: ``abandoned`` is asked only before each claim that follows a wait, not every
+        :data:`ABANDON_CHECK_SECONDS` (the server, for which a held request ending early saves nothing, uses it so
+        that idle runners' requests cost no periodic wake-ups)."""
+        if abandoned is not None and abandoned():
+            return None
+        claimed = await attempt()
+        if claimed is None:
+            await sleep_unless_abandoned(timeout, abandoned if poll_abandoned else None)
+        return claimed
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         """Create a new attempt for a rollout outside the queue (ignores ``max_attempts``)."""

@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from rollouthub.types import AttemptedRollout
 
-from .base import LightningStore, LightningStoreCapabilities, dequeue_or_wait_with
+from .base import LightningStore, LightningStoreCapabilities
 from .delegation import UNLOCKED_METHODS, CrossThreadLock, DelegatingLightningStore
 
 __all__ = ["LightningStoreThreaded"]
@@ -57,4 +57,4 @@ class LightningStoreThreaded(DelegatingLightningStore):
             async with self._lock:
                 return await self.store.dequeue_rollout(worker_id=worker_id)
 
-        return await dequeue_or_wait_with(self.store, attempt, timeout, abandoned)
+        return await self.store._wait_and_claim(attempt, timeout, abandoned)

@@ -64,7 +64,7 @@ class WaitsMixin(StoreCore[T_collections]):
     ) -> Optional[AttemptedRollout]:
         """The loop behind :meth:`dequeue_rollout_or_wait`, with the claim attempt as a parameter (the threaded
         wrapper passes an attempt made under its lock); ``poll_abandoned=False`` asks ``abandoned`` only before
-        claims (see :func:`~rollouthub.store.base.dequeue_or_wait_with`)."""
+        claims (see :meth:`~rollouthub.store.base.LightningStore._wait_and_claim`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
         waiter = self._queue_waiters.register()  # before the first attempt: an enqueue right after it wakes us

@@ -19,7 +19,7 @@ from rollouthub.types import AttemptedRollout
 from rollouthub.utils.metrics import MetricsBackend
 from rollouthub.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
-from ..base import LightningStore, LightningStoreCapabilities, dequeue_or_wait_with
+from ..base import LightningStore, LightningStoreCapabilities
 from ..delegation import UNLOCKED_METHODS, CrossThreadLock, DelegatingLightningStore
 from ..wire import API_V1_AGL_PREFIX
 
@@ -273,8 +273,8 @@ class LightningStoreServer(DelegatingLightningStore):
         not periodically, so held requests of idle runners cost no wake-ups."""
         direct = self._direct_store()
         if direct is not None:
-            return await dequeue_or_wait_with(
-                direct, lambda: direct.dequeue_rollout(worker_id=worker_id), timeout, client_gone, poll_abandoned=False
+            return await direct._wait_and_claim(
+                lambda: direct.dequeue_rollout(worker_id=worker_id), timeout, client_gone, poll_abandoned=False
             )
         store = self.store
         if store is not None and _current_pid == self._owner_pid:  # not thread-safe: claims under the lock
@@ -293,8 +293,7 @@ class LightningStoreServer(DelegatingLightningStore):
         poll_abandoned: bool = True,
     ) -> Optional[AttemptedRollout]:
         """``dequeue_rollout_or_wait`` on a store that is not thread-safe: only the claim attempts hold the lock."""
-        return await dequeue_or_wait_with(
-            store,
+        return await store._wait_and_claim(
             lambda: self._locked_call(store, "dequeue_rollout", worker_id=worker_id),
             timeout,
             abandoned,
