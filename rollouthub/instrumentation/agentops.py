@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import io
 import logging
 import os
 from typing import Any, Callable, Dict, Sequence, Tuple
@@ -165,7 +166,7 @@ def _local_upload_client(original: type) -> type:
 
             response = requests.Response()
             response.status_code = 200
-            response._content = b"{}"
+            response.raw = io.BytesIO(b"{}")
             response.headers["Content-Type"] = "application/json"
             return response
 

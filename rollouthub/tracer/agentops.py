@@ -152,13 +152,8 @@ class AgentOpsTracer(OtelTracer):
             provider = getattr(agentops_tracer, "provider", None)
         except ImportError:
             provider = None
-        if provider is None:
-            try:
-                from agentops.sdk.core import TracingCore  # type: ignore[import-not-found]
-
-                provider = TracingCore.get_instance()._provider
-            except (ImportError, AttributeError):
-                provider = None
+        if provider is None:  # AgentOps releases without ``tracer.provider`` install theirs as the global provider
+            provider = trace_api.get_tracer_provider()
         if provider is None:
             raise RuntimeError("AgentOps did not create a tracer provider.")
         if not isinstance(provider, TracerProvider):

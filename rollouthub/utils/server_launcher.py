@@ -633,11 +633,10 @@ def _run_uvicorn_worker(launcher: PythonServerLauncher, sock: socket.socket) -> 
 def _reset_forked_asyncio_state() -> None:
     """Forget the parent's event loop and signal plumbing after ``fork``.
 
-    Python < 3.12 keeps the parent's running loop in the child; the inherited signal wakeup fd would forward the
+    The child keeps the parent's event loop as its current loop; the inherited signal wakeup fd would forward the
     child's signals into the *parent's* event loop; and the parent's asyncio signal handlers would swallow signals.
+    (asyncio itself does not report the parent's *running* loop in a forked child: it checks the process id.)
     """
-    with contextlib.suppress(Exception):
-        asyncio.events._set_running_loop(None)
     with contextlib.suppress(Exception):
         asyncio.set_event_loop(None)
     with contextlib.suppress(Exception):
