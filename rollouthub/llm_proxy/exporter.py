@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from rollouthub.env_var import resolve_api_token
 from rollouthub.semconv import LightningResourceAttributes
 from rollouthub.types import Span
-from rollouthub.utils.otlp import stamp_resource_attributes
+from rollouthub.utils.otlp import encode_otlp_traces
 
 if TYPE_CHECKING:
     import aiohttp
@@ -225,23 +225,19 @@ class LightningSpanExporter(SpanExporter):
     @staticmethod
     def _otlp_body(batch: Sequence[Tuple[_Target, Sequence[ReadableSpan]]]) -> bytes:
         """One OTLP/HTTP body carrying every subtree of ``batch``, each stamped with its rollout, attempt and
-        sequence id on its encoded resources (the SDK spans are not changed)."""
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        request = ExportTraceServiceRequest()
-        for (_, rollout_id, attempt_id, sequence_id), subtree in batch:
-            encoded = encode_spans(subtree)
-            stamp_resource_attributes(
-                encoded,
+        sequence id on its encoded resources (the SDK spans are not changed). Serialised requests concatenate into
+        one valid request (protobuf appends the ``resource_spans`` of each)."""
+        return b"".join(
+            encode_otlp_traces(
+                subtree,
                 {
                     LightningResourceAttributes.ROLLOUT_ID.value: rollout_id,
                     LightningResourceAttributes.ATTEMPT_ID.value: attempt_id,
                     LightningResourceAttributes.SPAN_SEQUENCE_ID.value: sequence_id,
                 },
             )
-            request.resource_spans.extend(encoded.resource_spans)
-        return bytes(request.SerializeToString())
+            for (_, rollout_id, attempt_id, sequence_id), subtree in batch
+        )
 
     @classmethod
     def _otlp_request(cls, target: _Target, subtree: Sequence[ReadableSpan]) -> Tuple[str, bytes, Dict[str, str]]:

@@ -202,6 +202,28 @@ def test_concatenated_bodies_are_one_request() -> None:
     assert sequence == [1, 2]
 
 
+def test_a_batch_of_subtrees_is_one_request_with_each_subtrees_ids() -> None:
+    otel = LightningOpenTelemetry()
+    try:
+        first = record_call_spans(otel.tracer, otel.collector, make_record("chat"))
+        second = record_call_spans(otel.tracer, otel.collector, make_record("completions"))
+    finally:
+        otel.shutdown()
+    store = InMemoryLightningStore()
+    body = LightningSpanExporter._otlp_body([((store, "ro-1", "at-1", 1), first), ((store, "ro-2", "at-2", 2), second)])
+
+    request = ExportTraceServiceRequest.FromString(body)
+    stamped = [
+        {kv.key: MessageToDict(kv.value) for kv in rs.resource.attributes if kv.key.startswith("agentlightning.")}
+        for rs in request.resource_spans
+    ]
+    assert [len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans] == [len(first), len(second)]
+    assert [(s["agentlightning.rollout_id"], s["agentlightning.span_sequence_id"]) for s in stamped] == [
+        ({"stringValue": "ro-1"}, {"intValue": "1"}),
+        ({"stringValue": "ro-2"}, {"intValue": "2"}),
+    ]
+
+
 async def test_spans_stored_through_the_server_equal_the_sdk_path() -> None:
     """End to end: what the store keeps from the direct path equals what it keeps from the SDK path."""
     import asyncio
