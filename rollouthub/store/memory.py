@@ -24,6 +24,7 @@ from rollouthub.types import AttemptedRollout, PaginatedResult, ResourcesUpdate,
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import UNSET, LightningStoreCapabilities, LightningStoreStatistics, SpansEvictedError, Unset
+from .collection.base import LightningCollections
 from .collection.memory import InMemoryLightningCollections
 from .collection_based import CollectionBasedLightningStore, tracked
 from .utils import ROLLOUT_RUNNING_STATUSES
@@ -301,7 +302,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         async with self._read("resources") as c:
             return await self._unlocked_get_latest_resources(c)
 
-    async def _unlocked_get_latest_resources(self, c: Any) -> Optional[ResourcesUpdate]:
+    async def _unlocked_get_latest_resources(self, c: LightningCollections) -> Optional[ResourcesUpdate]:
         """Inside a unit: the remembered latest snapshot (looked up by id; before any is remembered, by time)."""
         cached = self._latest_resources_id
         if isinstance(cached, Unset):
@@ -321,7 +322,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
                 else:
                     self._running_rollout_ids.discard(rollout.rollout_id)
 
-    async def _unlocked_get_running_rollouts(self, c: Any) -> List[AttemptedRollout]:
+    async def _unlocked_get_running_rollouts(self, c: LightningCollections) -> List[AttemptedRollout]:
         """Watchdog candidates from the running-rollouts index instead of a scan of every rollout."""
         with self._index_lock:
             candidate_ids = list(self._running_rollout_ids)

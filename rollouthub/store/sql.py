@@ -22,7 +22,7 @@ import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union, cast
 
-from rollouthub.types import Attempt, AttemptedRollout, Rollout
+from rollouthub.types import Attempt, AttemptedRollout, Rollout, Span
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import LightningStoreCapabilities, is_finished, paginated_json_from_items
@@ -147,14 +147,15 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
                     latest[attempt.rollout_id] = attempt
         out: List[Union[Rollout, AttemptedRollout]] = []
         for rollout in rollouts:
-            attempt = latest.get(rollout.rollout_id)
-            out.append(_attach(rollout, attempt) if attempt is not None else rollout)
+            found = latest.get(rollout.rollout_id)
+            out.append(_attach(rollout, found) if found is not None else rollout)
         return out
 
     async def _query_spans_json_unit(self, rollout_id: str, filters: Any, sort: Any, limit: int, offset: int) -> bytes:
         """The page as JSON spliced from the stored columns (no span models are built)."""
         async with self._read("spans") as c:
-            items, total = await c.spans.query_json(filter=filters, sort=sort, limit=limit, offset=offset)
+            spans_table = cast(SqlCollection[Span], c.spans)  # this store's units hold its SQL collections
+            items, total = await spans_table.query_json(filter=filters, sort=sort, limit=limit, offset=offset)
         return paginated_json_from_items(items, limit, max(offset, 0), total)
 
     @tracked("_unlocked_get_running_rollouts")

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, TypeVar, Union, cast
 from urllib.parse import quote
 
 import aiohttp
@@ -235,7 +235,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     async def statistics(self) -> LightningStoreStatistics:
         """The server store's statistics (``GET /statistics``)."""
-        return await self._request_json("get", "/statistics")
+        return cast(LightningStoreStatistics, await self._request_json("get", "/statistics"))
 
     # -- rollouts and the queue ----------------------------------------------------------------------------------------
 

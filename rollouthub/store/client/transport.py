@@ -25,7 +25,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Iterator, Mapping
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import aiohttp
 
@@ -419,7 +419,7 @@ class HttpTransport:
         entry = self._sessions.get(id(asyncio.get_running_loop()))
         if entry is not None and entry.session is session:
             await entry.arm()
-        return session
+        return cast(aiohttp.ClientSession, session)
 
     # -- request machinery ---------------------------------------------------------------------------------------------
 

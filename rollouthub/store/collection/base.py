@@ -13,7 +13,7 @@ import contextvars
 import functools
 import time
 import types
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from numbers import Real
 from typing import (
@@ -40,9 +40,17 @@ from typing import (
 )
 
 from pydantic import BaseModel
-from typing_extensions import Self
 
-from rollouthub.types import FilterOptions, PaginatedResult, SortOptions
+from rollouthub.types import (
+    Attempt,
+    FilterOptions,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    SortOptions,
+    Span,
+    Worker,
+)
 from rollouthub.utils.metrics import MetricsBackend
 
 from ..utils import LATENCY_BUCKETS
@@ -606,27 +614,27 @@ class LightningCollections(TrackedCollection):
         return "router"
 
     @property
-    def rollouts(self) -> Collection[Any]:
+    def rollouts(self) -> Collection[Rollout]:
         """Rollouts (PK ``rollout_id``)."""
         raise NotImplementedError()
 
     @property
-    def attempts(self) -> Collection[Any]:
+    def attempts(self) -> Collection[Attempt]:
         """Attempts (PK ``rollout_id``, ``attempt_id``)."""
         raise NotImplementedError()
 
     @property
-    def spans(self) -> Collection[Any]:
+    def spans(self) -> Collection[Span]:
         """Spans (PK ``rollout_id``, ``attempt_id``, ``span_id``)."""
         raise NotImplementedError()
 
     @property
-    def resources(self) -> Collection[Any]:
+    def resources(self) -> Collection[ResourcesUpdate]:
         """Resource snapshots (PK ``resources_id``)."""
         raise NotImplementedError()
 
     @property
-    def workers(self) -> Collection[Any]:
+    def workers(self) -> Collection[Worker]:
         """Workers (PK ``worker_id``)."""
         raise NotImplementedError()
 
@@ -684,7 +692,7 @@ class LightningCollections(TrackedCollection):
         commit: bool = False,
         labels: Optional[Sequence[AtomicLabels]] = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> AbstractAsyncContextManager[LightningCollections]:
         """Async context manager yielding a collections object bound to one atomic unit.
 
         The arguments are hints: ``mode`` (read/write intent), ``snapshot`` (repeatable reads), ``commit``
@@ -694,7 +702,7 @@ class LightningCollections(TrackedCollection):
 
     async def execute(
         self,
-        callback: Callable[[Self], Awaitable[R]],
+        callback: Callable[[LightningCollections], Awaitable[R]],
         *,
         mode: AtomicMode = "rw",
         snapshot: bool = False,

@@ -570,7 +570,7 @@ class DictBasedKeyValue(KeyValue[K, V]):
         if key in self._data:
             current = self._data[key]
             ensure_numeric(current, description=f"value for key {key!r}")
-            new_value = current + amount  # type: ignore[operator]
+            new_value: V = current + amount  # type: ignore[operator]
         else:
             new_value = amount
         self._data[key] = new_value
@@ -612,7 +612,6 @@ class InMemoryLightningCollections(LightningCollections):
         super().__init__(tracker=tracker)
         if lock_type not in ("thread", "asyncio"):
             raise ValueError(f"lock_type must be 'thread' or 'asyncio'; got {lock_type!r}")
-        self._lock_type = lock_type
         self._rollouts = ListBasedCollection([], Rollout, ["rollout_id"], id="rollouts", tracker=tracker)
         self._attempts = ListBasedCollection([], Attempt, ["rollout_id", "attempt_id"], id="attempts", tracker=tracker)
         self._spans = ListBasedCollection(
@@ -687,11 +686,6 @@ class InMemoryLightningCollections(LightningCollections):
                     async with self.tracking_context("lock", name):
                         await stack.enter_async_context(self._lock[name])
                 yield self
-
-    async def evict_spans_for_rollout(self, rollout_id: str) -> None:
-        """Drop all spans of a rollout (the spans size counter is deliberately not decremented)."""
-        async with self.tracking_context("evict_spans_for_rollout", "spans"):
-            self._spans.evict_subtree([rollout_id])
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> InMemoryLightningCollections:
         raise TypeError("InMemoryLightningCollections cannot be deep-copied")

@@ -37,12 +37,13 @@ import threading
 import time
 import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar, cast
 
 import aiologic
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from typing_extensions import Self
 
+from rollouthub.types import Attempt, ResourcesUpdate, Rollout, Span, Worker
 from rollouthub.utils.metrics import MetricsBackend
 
 from . import sql_compound
@@ -546,39 +547,39 @@ class SqlLightningCollections(LightningCollections):
         return self._unbound[name]
 
     @property
-    def rollouts(self) -> Collection[Any]:
+    def rollouts(self) -> Collection[Rollout]:
         """Rollouts (PK ``rollout_id``)."""
-        return self._get("rollouts")
+        return cast(Collection[Rollout], self._get("rollouts"))
 
     @property
-    def attempts(self) -> Collection[Any]:
+    def attempts(self) -> Collection[Attempt]:
         """Attempts (PK ``rollout_id``, ``attempt_id``)."""
-        return self._get("attempts")
+        return cast(Collection[Attempt], self._get("attempts"))
 
     @property
-    def spans(self) -> Collection[Any]:
+    def spans(self) -> Collection[Span]:
         """Spans (PK ``rollout_id``, ``attempt_id``, ``span_id``)."""
-        return self._get("spans")
+        return cast(Collection[Span], self._get("spans"))
 
     @property
-    def resources(self) -> Collection[Any]:
+    def resources(self) -> Collection[ResourcesUpdate]:
         """Resource snapshots (PK ``resources_id``)."""
-        return self._get("resources")
+        return cast(Collection[ResourcesUpdate], self._get("resources"))
 
     @property
-    def workers(self) -> Collection[Any]:
+    def workers(self) -> Collection[Worker]:
         """Workers (PK ``worker_id``)."""
-        return self._get("workers")
+        return cast(Collection[Worker], self._get("workers"))
 
     @property
     def rollout_queue(self) -> Queue[str]:
         """Queue of rollout ids."""
-        return self._get("rollout_queue")
+        return cast(Queue[str], self._get("rollout_queue"))
 
     @property
     def span_sequence_ids(self) -> KeyValue[str, int]:
         """Rollout id -> last issued span sequence id."""
-        return self._get("span_sequence_ids")
+        return cast(KeyValue[str, int], self._get("span_sequence_ids"))
 
     def __repr__(self) -> str:
         return f"<SqlLightningCollections {self.display_url}>"

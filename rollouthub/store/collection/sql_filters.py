@@ -8,7 +8,7 @@ the SQL string afterwards.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import sqlalchemy as sa
 
@@ -205,8 +205,3 @@ def compile_where(spec: TableSpec, nf: NormalizedFilter, b: Binder) -> Any:
     if b.dry:
         return _DRY
     return sa.and_(*clauses) if len(clauses) > 1 else clauses[0]
-
-
-def shape_key(b: Binder) -> Tuple[Any, ...]:
-    """Hashable shape of the filter compiled with ``b``."""
-    return tuple(b.shape)

@@ -360,7 +360,7 @@ async def ensure_schema(
         await conn.run_sync(schema.metadata.create_all)
         await conn.execute(sa.insert(vt).values(id=1, version=target, updated_at=time.time()))
         return target
-    version = (await conn.execute(sa.select(vt.c.version).where(vt.c.id == 1))).scalar()
+    version: Optional[int] = (await conn.execute(sa.select(vt.c.version).where(vt.c.id == 1))).scalar()
     if version is None:
         raise SchemaVersionError(f"Database {where} has an empty {SCHEMA_TABLE} table; cannot tell its schema version")
     if version > target:

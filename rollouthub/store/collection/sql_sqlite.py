@@ -87,7 +87,6 @@ class SqliteDriver:
 
     def __init__(self, connector: Callable[[], sqlite3.Connection], *, inline: bool, busy_timeout: float) -> None:
         self._connector = connector
-        self._inline = inline
         self._busy_timeout = busy_timeout
         self._db: Optional[sqlite3.Connection] = None
         self._worker: Optional[ThreadPoolExecutor] = (

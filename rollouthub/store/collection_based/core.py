@@ -7,6 +7,7 @@ import functools
 import logging
 import math
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -41,6 +42,7 @@ from ..base import (
     LightningStoreStatistics,
 )
 from ..collection.base import (
+    AtomicLabels,
     LightningCollections,
     _current_private_method,
     _current_public_method,
@@ -54,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 T_collections = TypeVar("T_collections", bound=LightningCollections)
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+R = TypeVar("R")
 
 COLLECTION_STORE_PUBLIC_METHODS: frozenset[str] = frozenset(LIGHTNING_STORE_METHODS) | {"_scan_for_unhealthy_rollouts"}
 """Method names recorded as the ``store_pubmeth`` metric label."""
@@ -205,11 +208,11 @@ class StoreCore(LightningStore, Generic[T_collections]):
         """The generic layer promises nothing by itself (concrete stores override)."""
         return LightningStoreCapabilities()
 
-    def _read(self, *labels: Any) -> Any:
+    def _read(self, *labels: AtomicLabels) -> AbstractAsyncContextManager[LightningCollections]:
         """A read unit over the given labels."""
         return self.collections.atomic(mode="r", snapshot=self._read_snapshot, labels=list(labels))
 
-    async def _commit(self, callback: Callable[[Any], Awaitable[Any]], *labels: Any) -> Any:
+    async def _commit(self, callback: Callable[[LightningCollections], Awaitable[R]], *labels: AtomicLabels) -> R:
         """A transactional read-write unit over the given labels."""
         return await self.collections.execute(
             callback, mode="rw", snapshot=self._read_snapshot, commit=True, labels=list(labels)
