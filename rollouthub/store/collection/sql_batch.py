@@ -11,9 +11,10 @@ read-modify-write units (``execute(commit=True)``) run like this:
   ``update``/``upsert`` without ``update_fields``, ``delete``, queue appends, counter raises and ``NOTIFY``s are
   collected in the unit's :class:`WriteBatch` and sent when the unit ends, as one statement of data-modifying CTEs
   (``WITH w0 AS (INSERT ...), w1 AS (UPDATE ... FROM (...) AS v ...) ... SELECT ...``; one row binds scalars,
-  several rows ``unnest`` one array per column; the text is built once per shape). A statement that must run right
-  away (a read of a table with pending writes, a write whose result is needed) sends the pending writes first, and
-  two writes of one row never share a statement (PostgreSQL cannot update a row twice in one).
+  several rows ``unnest`` one array per column; the text is built once per shape, by the named statements of
+  :mod:`.sql_dialect_postgres` -- this module keeps the data, the parameters and their order). A statement that must
+  run right away (a read of a table with pending writes, a write whose result is needed) sends the pending writes
+  first, and two writes of one row never share a statement (PostgreSQL cannot update a row twice in one).
 * **Optimistic first.** The unit's reads run without a transaction and every row read is remembered with its version
   (the ``xmin`` system column). The final statement locks those rows (``FOR UPDATE``), checks that their versions
   did not change and only then applies the writes (all in one statement, hence atomically): a unit is one round trip
@@ -54,7 +55,28 @@ from .sql_caches import (
     follow_writes,
     merged,
 )
-from .sql_dialect_postgres import LATEST_RESOURCES_ORDER, PG_ARRAY, quote
+from .sql_dialect_postgres import (
+    GUARD_OK,
+    deferred_delete_sql,
+    deferred_enqueue_sql,
+    deferred_insert_sql,
+    deferred_notify_sql,
+    deferred_queue_delete_sql,
+    deferred_raise_counters_sql,
+    deferred_set_counter_sql,
+    deferred_update_sql,
+    deferred_upsert_sql,
+    guard_ok_cte_sql,
+    guard_result_sql,
+    latest_resources_check_sql,
+    queue_head_check_sql,
+    row_guard_check_sql,
+    row_guard_cte_sql,
+    write_cte_sql,
+    write_rows_sql,
+    write_statement_sql,
+    written_version_sql,
+)
 from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
@@ -64,11 +86,8 @@ __all__ = [
     "NO_GUARD",
     "GuardConflict",
     "WriteBatch",
-    "PG_ARRAY",
     "STATEMENTS",
     "QUEUE",
-    "LATEST_RESOURCES_ORDER",
-    "quote",
 ]
 
 
@@ -92,36 +111,10 @@ class GuardConflict(Exception):
     """A row read by an optimistic unit changed before its writes: nothing was written; run the unit again."""
 
 
-_q = quote
-
-
-def _kind(spec: TableSpec, name: str) -> str:
-    return spec.kinds.get(name, "json")
-
-
-_PG_SCALAR = {"str": "text", "int": "int8", "float": "float8", "json": "jsonb"}
-
-
-def _source(first: int, names: Sequence[str], kinds: Sequence[str], single: bool) -> str:
-    """Rows of columns ``names`` as a table ``v``, from parameters ``$first, ...``: one row of scalars (cheaper to
-    send and to plan than arrays), or ``unnest`` of one array per column."""
-    if single:
-        values = ", ".join(
-            f"${first + i}::{_PG_SCALAR[kind]} AS {_q(n)}" for i, (n, kind) in enumerate(zip(names, kinds, strict=True))
-        )
-        return f"(SELECT {values}) AS v"
-    arrays = ", ".join(f"${first + i}::{PG_ARRAY[kind]}" for i, kind in enumerate(kinds))
-    return f"unnest({arrays}) AS v({_columns(names)})"
-
-
 def _source_params(records: Sequence[Sequence[Any]], single: bool) -> List[Any]:
-    """The parameters of :func:`_source` from its rows (``records``: the values of each row, in column order): the
-    one row's values, or one list per column."""
+    """The parameters of a values source (:func:`~.sql_dialect_postgres.values_source_sql`) from its rows
+    (``records``: the values of each row, in column order): the one row's values, or one list per column."""
     return list(records[0]) if single else [list(column) for column in zip(*records, strict=True)]
-
-
-def _columns(names: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(prefix + _q(n) for n in names)
 
 
 def _missing(spec: TableSpec, keys: Sequence[Tuple[Any, ...]], found: Iterable[Any]) -> None:
@@ -143,7 +136,8 @@ class _Op:
     reports = False
 
     def cte(self, first: int, ok: str) -> str:
-        """The statement, with parameters ``$first, $first+1, ...``; ``ok``: the guard condition (``""``: none)."""
+        """The statement (one of :mod:`.sql_dialect_postgres`'s ``deferred_..._sql``), with parameters ``$first,
+        $first+1, ...``; ``ok``: the guard condition (``""``: none)."""
         raise NotImplementedError()
 
     def params(self) -> List[Any]:
@@ -163,11 +157,9 @@ class _Insert(_Op):
         self.rows = rows
 
     def cte(self, first: int, ok: str) -> str:
+        """:func:`~.sql_dialect_postgres.deferred_insert_sql` of the rows."""
         spec = self.spec
-        cols = spec.column_names
-        where = f" WHERE {ok}" if ok else ""
-        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[2])
-        return f"INSERT INTO {_q(spec.name)} ({_columns(cols)}) SELECT * FROM {source}{where}"
+        return deferred_insert_sql(spec.name, spec.column_names, spec.kinds, self.shape[2], first, ok)
 
     def params(self) -> List[Any]:
         cols = self.spec.column_names
@@ -191,16 +183,9 @@ class _Update(_Op):
         self.rows = rows
 
     def cte(self, first: int, ok: str) -> str:
+        """:func:`~.sql_dialect_postgres.deferred_update_sql` of the columns :attr:`names`."""
         spec = self.spec
-        pks = spec.primary_keys
-        cols = [*pks, *self.names]
-        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[3])
-        sets = ", ".join(f"{_q(n)} = v.{_q(n)}" for n in self.names) or f"{_q(pks[0])} = t.{_q(pks[0])}"
-        join = " AND ".join(f"t.{_q(k)} = v.{_q(k)}" for k in pks)
-        cond = f" AND {ok}" if ok else ""
-        return (
-            f"UPDATE {_q(spec.name)} AS t SET {sets} FROM {source} WHERE {join}{cond} RETURNING {_columns(pks, 't.')}"
-        )
+        return deferred_update_sql(spec.name, spec.primary_keys, self.names, spec.kinds, self.shape[3], first, ok)
 
     def params(self) -> List[Any]:
         names = self.names
@@ -220,16 +205,10 @@ class _Upsert(_Op):
         self.rows = rows
 
     def cte(self, first: int, ok: str) -> str:
+        """:func:`~.sql_dialect_postgres.deferred_upsert_sql` (existing rows get the columns of the shape)."""
         spec = self.spec
-        cols = spec.column_names
-        pks = spec.primary_keys
-        names = self.shape[2]
-        sets = ", ".join(f"{_q(n)} = excluded.{_q(n)}" for n in names) or f"{_q(pks[0])} = t.{_q(pks[0])}"
-        where = f" WHERE {ok}" if ok else ""
-        source = _source(first, cols, [_kind(spec, c) for c in cols], self.shape[3])
-        return (
-            f"INSERT INTO {_q(spec.name)} AS t ({_columns(cols)}) SELECT * FROM {source}{where} "
-            f"ON CONFLICT ({_columns(pks)}) DO UPDATE SET {sets}"
+        return deferred_upsert_sql(
+            spec.name, spec.column_names, spec.primary_keys, self.shape[2], spec.kinds, self.shape[3], first, ok
         )
 
     def params(self) -> List[Any]:
@@ -249,13 +228,8 @@ class _Delete(_Op):
         self.keys = keys
 
     def cte(self, first: int, ok: str) -> str:
-        pks = self.spec.primary_keys
-        source = _source(first, pks, ["str"] * len(pks), self.shape[2])
-        join = " AND ".join(f"t.{_q(k)} = v.{_q(k)}" for k in pks)
-        cond = f" AND {ok}" if ok else ""
-        return (
-            f"DELETE FROM {_q(self.spec.name)} AS t USING {source} WHERE {join}{cond} RETURNING {_columns(pks, 't.')}"
-        )
+        """:func:`~.sql_dialect_postgres.deferred_delete_sql` of the keys."""
+        return deferred_delete_sql(self.spec.name, self.spec.primary_keys, self.shape[2], first, ok)
 
     def params(self) -> List[Any]:
         return _source_params(self.keys, self.shape[2])
@@ -281,13 +255,8 @@ class _Enqueue(_Op):
         self.shape = ("enqueue", len(self.values) == 1)
 
     def cte(self, first: int, ok: str) -> str:
-        where = f" WHERE {ok}" if ok else ""
-        if self.shape[1]:
-            return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{where} RETURNING seq"
-        return (
-            f"INSERT INTO rollout_queue (value) SELECT u.v FROM unnest(${first}::text[]) WITH ORDINALITY AS u(v, i)"
-            f"{where} ORDER BY u.i RETURNING seq"
-        )
+        """:func:`~.sql_dialect_postgres.deferred_enqueue_sql` of the values."""
+        return deferred_enqueue_sql(self.shape[1], first, ok)
 
     def params(self) -> List[Any]:
         return [self.values[0] if len(self.values) == 1 else self.values]
@@ -306,12 +275,8 @@ class _RaiseTo(_Op):
         self.values: Dict[str, int] = {}
 
     def cte(self, first: int, ok: str) -> str:
-        where = f" WHERE {ok}" if ok else ""
-        return (
-            f"INSERT INTO span_sequence_ids AS t (key, num, value) SELECT v.k, v.n, NULL FROM "
-            f"unnest(${first}::text[], ${first + 1}::int8[]) AS v(k, n){where} ON CONFLICT (key) DO UPDATE "
-            "SET num = excluded.num WHERE t.num IS NOT NULL AND t.num < excluded.num"
-        )
+        """:func:`~.sql_dialect_postgres.deferred_raise_counters_sql`."""
+        return deferred_raise_counters_sql(first, ok)
 
     def params(self) -> List[Any]:
         return [list(self.values), list(self.values.values())]
@@ -329,11 +294,8 @@ class _SetCounter(_Op):
         self.value = value
 
     def cte(self, first: int, ok: str) -> str:
-        if self.shape[1]:
-            where = f" WHERE {ok}" if ok else ""
-            return f"INSERT INTO span_sequence_ids (key, num, value) SELECT ${first}::text, ${first + 1}::int8, NULL{where}"
-        cond = f" AND {ok}" if ok else ""
-        return f"UPDATE span_sequence_ids SET num = ${first + 1}::int8 WHERE key = ${first}::text{cond}"
+        """:func:`~.sql_dialect_postgres.deferred_set_counter_sql` (creating the counter when it did not exist)."""
+        return deferred_set_counter_sql(self.shape[1], first, ok)
 
     def params(self) -> List[Any]:
         return [self.key, self.value]
@@ -350,8 +312,8 @@ class _Pop(_Op):
         self.seqs: List[int] = []
 
     def cte(self, first: int, ok: str) -> str:
-        cond = f" AND {ok}" if ok else ""
-        return f"DELETE FROM rollout_queue WHERE seq = ANY(${first}::int8[]){cond}"
+        """:func:`~.sql_dialect_postgres.deferred_queue_delete_sql` of the entries."""
+        return deferred_queue_delete_sql(first, ok)
 
     def params(self) -> List[Any]:
         return [self.seqs]
@@ -369,8 +331,8 @@ class _Notify(_Op):
         self.payloads: List[str] = []
 
     def cte(self, first: int, ok: str) -> str:
-        where = f" WHERE {ok}" if ok else ""
-        return f"SELECT pg_notify(${first}, ${first + 1}){where}"
+        """:func:`~.sql_dialect_postgres.deferred_notify_sql` on the channel."""
+        return deferred_notify_sql(first, ok)
 
     def params(self) -> List[Any]:
         payload = ",".join(dict.fromkeys(self.payloads))
@@ -609,44 +571,37 @@ class WriteBatch:
         return bool(self.seen) or self._enqueue is not None
 
     def _build(self) -> str:
+        """The text of :meth:`_statement` (:func:`~.sql_dialect_postgres.write_statement_sql`): the guards of the rows
+        read and their checks, then one CTE per deferred write, numbering the parameters in the order
+        :meth:`_statement` binds them."""
         parts: List[str] = []
         checks: List[str] = []
         n = 0
         for spec, rows in self.guards.values():
             pks = spec.primary_keys
-            keys = [f"k{i}" for i in range(len(pks))]
             key_kinds = list(getattr(spec, "key_kinds", None) or ["str"] * len(pks))
-            source = _source(n + 1, [*keys, "x"], [*key_kinds, "str"], len(rows) == 1)
-            join = " AND ".join(f"t.{_q(pk)} = v.{_q(k)}" for pk, k in zip(pks, keys, strict=True))
-            parts.append(
-                f"g_{spec.name} AS (SELECT 1 FROM {_q(spec.name)} AS t JOIN {source} "
-                f'ON {join} AND (v."x" IS NULL OR t.xmin::text = v."x") FOR UPDATE OF t)'
-            )
+            parts.append(row_guard_cte_sql(spec.name, pks, key_kinds, len(rows) == 1, n + 1))
             n += len(pks) + 2
-            checks.append(f"(SELECT count(*) FROM g_{spec.name}) = ${n}")
+            checks.append(row_guard_check_sql(spec.name, n))
         if self.latest is not NO_GUARD:
             n += 1
-            checks.append(
-                f"(SELECT xmin::text FROM resources {LATEST_RESOURCES_ORDER}) IS NOT DISTINCT FROM ${n}::text"
-            )
+            checks.append(latest_resources_check_sql(n))
         if self.head is not None:
             n += 2
-            checks.append(
-                f"NOT EXISTS (SELECT 1 FROM rollout_queue WHERE seq < ${n - 1}::int8 AND seq <> ALL(${n}::int8[]))"
-            )
+            checks.append(queue_head_check_sql(n - 1))
         ok = ""
         if checks:
-            parts.append(f"ok AS (SELECT {' AND '.join(checks)} AS ok)")
-            ok = "(SELECT ok FROM ok)"
-        outputs = [ok or "true"]
+            parts.append(guard_ok_cte_sql(checks))
+            ok = GUARD_OK
+        outputs = [guard_result_sql(ok)]
         for index, op in enumerate(self.ops):
-            parts.append(f"w{index} AS ({op.cte(n + 1, ok)})")
+            parts.append(write_cte_sql(index, op.cte(n + 1, ok)))
             n += len(op.params())
             if op.reports:
-                outputs.append(f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})")
-        if self._versioned():  # the version of the rows written: the (32-bit) id of the statement's transaction
-            outputs.append(f"CASE WHEN {ok or 'true'} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END")
-        return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"
+                outputs.append(write_rows_sql(index))
+        if self._versioned():
+            outputs.append(written_version_sql(ok))
+        return write_statement_sql(parts, outputs)
 
     async def flush(self, unit: Unit, check: bool = False) -> None:
         """Send the pending writes (with the guards of an optimistic unit) as one statement, then start afresh.

@@ -52,7 +52,8 @@ class SqlDialect(ABC):
     embedded: bool = False
     """The database runs inside this process (SQLite through :mod:`.sql_sqlite`'s driver): one writer per database
     file at a time (write units take the process-local write lock and open with :attr:`BEGIN_WRITE`), bulk writes
-    run as ``executemany`` on the driver connection. ``False``: a database server reached through asyncpg."""
+    run as ``executemany`` on the driver connection. ``False``: a database server reached through asyncpg. Only the
+    dialect layer and the unit of work (:class:`~.sql_engine.Unit`, which picks the driver API) read it."""
 
     has_fast_path: bool = False
     """Commit units may run on the fast path (deferred writes, optimistic units: :mod:`.sql_batch`)."""

@@ -3,9 +3,10 @@
 JSON lives in JSONB columns; text columns compare bytewise (collation ``C``); rows keep their insertion order in an
 identity column ``_order``; connections are asyncpg's, with the session settings the URL and the backend ask for.
 
-The fast path is PostgreSQL's alone: the statements of its compound reads (:mod:`.sql_compound`) are the plain
-functions at the end of this module; its write statement (:mod:`.sql_batch`) is assembled from fragments of each
-deferred write and guard, built with :data:`PG_ARRAY`, :func:`quote` and :data:`LATEST_RESOURCES_ORDER` from here.
+The fast path is PostgreSQL's alone, so its statements are the plain functions at the end of this module: those of
+its compound reads (:mod:`.sql_compound`), and every piece of its write statement (:mod:`.sql_batch`), from the
+guards of the rows a unit read to each deferred write (``deferred_..._sql``) and the whole statement
+(:func:`write_statement_sql`). Its callers keep the data, the parameters and the control flow.
 """
 
 from __future__ import annotations
@@ -247,3 +248,211 @@ def rollout_and_attempts_sql(
         "SELECT r.rollout_id IS NOT NULL, l.rollout_id IS NOT NULL, a.rollout_id IS NOT NULL, r.*, l.*, a.* "
         "FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN l ON true LEFT JOIN a ON true"
     )
+
+
+# --- the fast path's write statement (:mod:`.sql_batch`) -------------------------------------------------------------
+# One statement of data-modifying CTEs: ``WITH g_<table> AS (...), ok AS (...), w0 AS (...), ... SELECT ...``. Each
+# builder below makes one piece of it; parameters are numbered from ``first`` (``$first``, ``$first + 1``, ...), in the
+# order the batch binds them. ``ok`` is the guard condition a deferred write runs under (:data:`GUARD_OK`), or ``""``
+# when the statement has no guard.
+
+GUARD_OK = "(SELECT ok FROM ok)"
+"""The guard condition of a write statement that has guards: the value of its ``ok`` CTE (:func:`guard_ok_cte_sql`)."""
+
+_PG_SCALAR = {"str": "text", "int": "int8", "float": "float8", "json": "jsonb"}
+"""The scalar type of each column kind (parameters of a one-row source)."""
+
+
+def _where(ok: str) -> str:
+    """`` WHERE <ok>`` (nothing without a guard)."""
+    return f" WHERE {ok}" if ok else ""
+
+
+def _and(ok: str) -> str:
+    """`` AND <ok>`` (nothing without a guard)."""
+    return f" AND {ok}" if ok else ""
+
+
+def _kinds_of(columns: Sequence[str], kinds: Mapping[str, str]) -> List[str]:
+    """The kind of each column (``json`` when ``kinds`` does not name it)."""
+    return [kinds.get(c, "json") for c in columns]
+
+
+def values_source_sql(first: int, columns: Sequence[str], kinds: Sequence[str], single: bool) -> str:
+    """Rows of ``columns`` (of the given ``kinds``) as a table ``v``, from parameters ``$first, ...``: ``single``,
+    one row of scalars ``(SELECT $1::text AS "c", ...) AS v`` (cheaper to send and to plan than arrays); otherwise
+    ``unnest($1::text[], ...) AS v("c", ...)``, one array per column."""
+    if single:
+        values = ", ".join(
+            f"${first + i}::{_PG_SCALAR[kind]} AS {quote(c)}"
+            for i, (c, kind) in enumerate(zip(columns, kinds, strict=True))
+        )
+        return f"(SELECT {values}) AS v"
+    arrays = ", ".join(f"${first + i}::{PG_ARRAY[kind]}" for i, kind in enumerate(kinds))
+    return f"unnest({arrays}) AS v({select_list(columns)})"
+
+
+def deferred_insert_sql(
+    table: str, columns: Sequence[str], kinds: Mapping[str, str], single: bool, first: int, ok: str
+) -> str:
+    """Insert the rows of :func:`values_source_sql` into ``table`` (under the guard ``ok``)."""
+    source = values_source_sql(first, columns, _kinds_of(columns, kinds), single)
+    return f"INSERT INTO {quote(table)} ({select_list(columns)}) SELECT * FROM {source}{_where(ok)}"
+
+
+def deferred_update_sql(
+    table: str,
+    primary_keys: Sequence[str],
+    names: Sequence[str],
+    kinds: Mapping[str, str],
+    single: bool,
+    first: int,
+    ok: str,
+) -> str:
+    """Set the columns ``names`` of ``table``'s rows to the values of :func:`values_source_sql` (of columns: the primary
+    keys, then ``names``), joined by primary key (under the guard ``ok``); returns the keys of the rows updated. No
+    ``names``: the first key is set to itself (the rows are only checked to exist)."""
+    columns = [*primary_keys, *names]
+    source = values_source_sql(first, columns, _kinds_of(columns, kinds), single)
+    first_key = quote(primary_keys[0])
+    sets = ", ".join(f"{quote(n)} = v.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
+    join = " AND ".join(f"t.{quote(k)} = v.{quote(k)}" for k in primary_keys)
+    return (
+        f"UPDATE {quote(table)} AS t SET {sets} FROM {source} WHERE {join}{_and(ok)} "
+        f"RETURNING {select_list(primary_keys, 't')}"
+    )
+
+
+def deferred_upsert_sql(
+    table: str,
+    columns: Sequence[str],
+    primary_keys: Sequence[str],
+    names: Sequence[str],
+    kinds: Mapping[str, str],
+    single: bool,
+    first: int,
+    ok: str,
+) -> str:
+    """Insert the rows of :func:`values_source_sql` into ``table`` (under the guard ``ok``); a row whose key exists
+    gets the columns ``names`` instead (none: the first key is set to itself)."""
+    first_key = quote(primary_keys[0])
+    sets = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
+    source = values_source_sql(first, columns, _kinds_of(columns, kinds), single)
+    return (
+        f"INSERT INTO {quote(table)} AS t ({select_list(columns)}) SELECT * FROM {source}{_where(ok)} "
+        f"ON CONFLICT ({select_list(primary_keys)}) DO UPDATE SET {sets}"
+    )
+
+
+def deferred_delete_sql(table: str, primary_keys: Sequence[str], single: bool, first: int, ok: str) -> str:
+    """Delete ``table``'s rows whose (text) keys are the rows of :func:`values_source_sql` (under the guard ``ok``);
+    returns the keys of the rows deleted."""
+    source = values_source_sql(first, primary_keys, ["str"] * len(primary_keys), single)
+    join = " AND ".join(f"t.{quote(k)} = v.{quote(k)}" for k in primary_keys)
+    return (
+        f"DELETE FROM {quote(table)} AS t USING {source} WHERE {join}{_and(ok)} "
+        f"RETURNING {select_list(primary_keys, 't')}"
+    )
+
+
+def deferred_enqueue_sql(single: bool, first: int, ok: str) -> str:
+    """Append to the queue (under the guard ``ok``) the text ``$first`` (``single``) or the texts of the array
+    ``$first``, in array order; returns the ``seq`` of each entry."""
+    if single:
+        return f"INSERT INTO rollout_queue (value) SELECT ${first}::text{_where(ok)} RETURNING seq"
+    return (
+        f"INSERT INTO rollout_queue (value) SELECT u.v FROM unnest(${first}::text[]) WITH ORDINALITY AS u(v, i)"
+        f"{_where(ok)} ORDER BY u.i RETURNING seq"
+    )
+
+
+def deferred_raise_counters_sql(first: int, ok: str) -> str:
+    """Raise each counter of the key array ``$first`` to at least its number in the array ``$first + 1`` (under the
+    guard ``ok``): one conditional upsert per key (a counter holding a value instead of a number is left alone)."""
+    return (
+        f"INSERT INTO span_sequence_ids AS t (key, num, value) SELECT v.k, v.n, NULL FROM "
+        f"unnest(${first}::text[], ${first + 1}::int8[]) AS v(k, n){_where(ok)} ON CONFLICT (key) DO UPDATE "
+        "SET num = excluded.num WHERE t.num IS NOT NULL AND t.num < excluded.num"
+    )
+
+
+def deferred_set_counter_sql(create: bool, first: int, ok: str) -> str:
+    """Set counter ``$first`` to the number ``$first + 1`` (under the guard ``ok``): ``create``, an ``INSERT`` without
+    ``ON CONFLICT`` (a concurrent creation fails the statement); otherwise an ``UPDATE`` of its row."""
+    if create:
+        return f"INSERT INTO span_sequence_ids (key, num, value) SELECT ${first}::text, ${first + 1}::int8, NULL{_where(ok)}"
+    return f"UPDATE span_sequence_ids SET num = ${first + 1}::int8 WHERE key = ${first}::text{_and(ok)}"
+
+
+def deferred_queue_delete_sql(first: int, ok: str) -> str:
+    """Delete the queue entries whose ``seq`` is in the array ``$first`` (under the guard ``ok``)."""
+    return f"DELETE FROM rollout_queue WHERE seq = ANY(${first}::int8[]){_and(ok)}"
+
+
+def deferred_notify_sql(first: int, ok: str) -> str:
+    """Notify channel ``$first`` with payload ``$first + 1`` (under the guard ``ok``; sent when the statement's
+    transaction commits)."""
+    return f"SELECT pg_notify(${first}, ${first + 1}){_where(ok)}"
+
+
+def row_guard_cte_sql(
+    table: str, primary_keys: Sequence[str], key_kinds: Sequence[str], single: bool, first: int
+) -> str:
+    """The CTE ``g_<table>``: lock (``FOR UPDATE``) the rows of ``table`` an optimistic unit read whose version is
+    unchanged. Its source (:func:`values_source_sql`) has one column ``k<i>`` per primary key (of ``key_kinds``) and
+    the version read ``x`` (``NULL``: any version; only the row's existence matters)."""
+    keys = [f"k{i}" for i in range(len(primary_keys))]
+    source = values_source_sql(first, [*keys, "x"], [*key_kinds, "str"], single)
+    join = " AND ".join(f"t.{quote(pk)} = v.{quote(k)}" for pk, k in zip(primary_keys, keys, strict=True))
+    return (
+        f"g_{table} AS (SELECT 1 FROM {quote(table)} AS t JOIN {source} "
+        f'ON {join} AND (v."x" IS NULL OR t.xmin::text = v."x") FOR UPDATE OF t)'
+    )
+
+
+def row_guard_check_sql(table: str, param: int) -> str:
+    """Whether the CTE ``g_<table>`` (:func:`row_guard_cte_sql`) found all its rows: their number is ``$param``."""
+    return f"(SELECT count(*) FROM g_{table}) = ${param}"
+
+
+def latest_resources_check_sql(param: int) -> str:
+    """Whether the version of the latest resources snapshot is still ``$param`` (``NULL``: there is still none)."""
+    return f"(SELECT xmin::text FROM resources {LATEST_RESOURCES_ORDER}) IS NOT DISTINCT FROM ${param}::text"
+
+
+def queue_head_check_sql(first: int) -> str:
+    """Whether the queue entry ``$first`` is the head of the queue, but for the entries of the array ``$first + 1``
+    (those other claims of this process are taking)."""
+    return f"NOT EXISTS (SELECT 1 FROM rollout_queue WHERE seq < ${first}::int8 AND seq <> ALL(${first + 1}::int8[]))"
+
+
+def guard_ok_cte_sql(checks: Sequence[str]) -> str:
+    """The CTE ``ok``: whether every check holds (referred to as :data:`GUARD_OK`)."""
+    return f"ok AS (SELECT {' AND '.join(checks)} AS ok)"
+
+
+def guard_result_sql(ok: str) -> str:
+    """The first output of a write statement: whether its guard held (``true`` without a guard)."""
+    return ok or "true"
+
+
+def write_cte_sql(index: int, statement: str) -> str:
+    """The deferred write ``statement`` as the CTE ``w<index>``."""
+    return f"w{index} AS ({statement})"
+
+
+def write_rows_sql(index: int) -> str:
+    """An output of a write statement: the rows the CTE ``w<index>`` returns, as one array of records (a ``SELECT`` in
+    a ``WITH`` clause only runs when referenced)."""
+    return f"(SELECT array_agg(ROW(w{index}.*)) FROM w{index})"
+
+
+def written_version_sql(ok: str) -> str:
+    """An output of a write statement: the version its writes give their rows -- the (32-bit) id of the statement's
+    transaction, as text; ``NULL`` when the guard ``ok`` failed."""
+    return f"CASE WHEN {guard_result_sql(ok)} THEN (pg_current_xact_id()::text::int8 % 4294967296)::text END"
+
+
+def write_statement_sql(parts: Sequence[str], outputs: Sequence[str]) -> str:
+    """The write statement: the CTEs ``parts`` (guards, ``ok``, writes), then one row of ``outputs``."""
+    return f"WITH {', '.join(parts)} SELECT {', '.join(outputs)}"

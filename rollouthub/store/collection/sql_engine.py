@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sqlite3
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from sqlalchemy.exc import DBAPIError
 
 from .sql_batch import WriteBatch
+from .sql_schema import TableSpec
 
 if TYPE_CHECKING:
     from .sql import SqlLightningCollections
 
-__all__ = ["StatementCache", "Unit", "ACTIVE_UNIT", "is_transient_error"]
+__all__ = ["BulkInsert", "StatementCache", "Unit", "ACTIVE_UNIT", "is_transient_error"]
 
 _RETRY_SQLSTATES = {"40001", "40P01"}
 
@@ -72,6 +73,22 @@ class StatementCache:
         """Positional parameters for one execution."""
         _, names, defaults = compiled
         return [values[n] if n in values else defaults[n] for n in names]
+
+
+class BulkInsert(NamedTuple):
+    """A bulk insert that stores every row or none (:meth:`Unit.insert_all_or_none`): the table, its rows (column
+    values by column name) and their keys, and the statements the unit may need -- each built on first use (through
+    the statement cache), as only one kind of database needs it."""
+
+    spec: TableSpec
+    keys: Sequence[Tuple[Any, ...]]
+    rows: Sequence[Dict[str, Any]]
+    insert_row: Callable[[], Compiled]
+    """Embedded database: the ``INSERT`` of one row (bound by column name), run once per row with ``executemany``."""
+    key_exists: Callable[[], Compiled]
+    """Embedded database: whether a key exists (bound by the primary key bind names), to name the key that did."""
+    delete_row: Callable[[], Compiled]
+    """Database server: the ``DELETE`` of one row by key, undoing the unit's own rows when a key existed."""
 
 
 class DriverPool:
@@ -295,11 +312,50 @@ class Unit:
         except ValueError:
             return 0
 
-    async def insert_all_or_none(self, compiled: Compiled, rows: Sequence[Dict[str, Any]]) -> bool:
+    async def insert_all_or_none(self, bulk: BulkInsert) -> Optional[Tuple[Any, ...]]:
+        """Insert the rows of ``bulk`` all or none, whatever the database; returns ``None``, or a key that already
+        existed (then nothing of the insert stays). The embedded database runs one ``INSERT`` per row in one
+        ``executemany`` under a savepoint (:meth:`_insert_rows_embedded`); a server runs the dialect's
+        :meth:`~.sql_dialect.SqlDialect.insert_skipping_conflicts` and deletes its own rows when a key existed."""
+        if self.sqlite:
+            return await self._insert_embedded(bulk)
+        return await self._insert_server(bulk)
+
+    @staticmethod
+    def _key_binds(spec: TableSpec, key: Sequence[Any]) -> Dict[str, Any]:
+        """The values of the primary key bind parameters of ``spec`` for ``key``."""
+        return dict(zip(spec.pk_bind_names, key, strict=False))
+
+    async def _insert_embedded(self, bulk: BulkInsert) -> Optional[Tuple[Any, ...]]:
+        """:meth:`insert_all_or_none` on the embedded database: a refused insert asks which key existed."""
+        if await self._insert_rows_embedded(bulk.insert_row(), bulk.rows):
+            return None
+        key_exists = bulk.key_exists()
+        for key in bulk.keys:  # which key existed (the caller refuses rows that repeat a key)
+            if await self.fetch(key_exists, self._key_binds(bulk.spec, key)):
+                return key
+        return bulk.keys[0]
+
+    async def _insert_server(self, bulk: BulkInsert) -> Optional[Tuple[Any, ...]]:
+        """:meth:`insert_all_or_none` on a database server: one statement that skips existing keys, then (a key
+        existed) the deletion of the rows it inserted -- the call has no partial effect."""
+        spec = bulk.spec
+        columns = spec.column_names
+        sql = self.backend.sql_dialect.insert_skipping_conflicts(spec.name, columns, spec.kinds, spec.primary_keys)
+        rows = bulk.rows
+        inserted = [tuple(r) for r in await self.fetch_sql(sql, [[row[c] for row in rows] for c in columns])]
+        if len(inserted) == len(rows):
+            return None
+        delete_row = bulk.delete_row()
+        for key in inserted:
+            await self.execute(delete_row, self._key_binds(spec, key))
+        done = set(inserted)
+        return next(k for k in bulk.keys if k not in done)
+
+    async def _insert_rows_embedded(self, compiled: Compiled, rows: Sequence[Dict[str, Any]]) -> bool:
         """Embedded database: run the cached ``INSERT`` once per row of values in one ``executemany``; when a key
         already exists nothing of it stays (undone to a savepoint: :attr:`~.sql_dialect.SqlDialect.SAVEPOINT_INSERT`).
         Returns whether the rows were inserted."""
-        assert self.sqlite, "insert_all_or_none runs on the embedded driver"
         raw = self.raw if self.raw is not None else await self.driver()
         params = [StatementCache.params(compiled, row) for row in rows]
         dialect = self.backend.sql_dialect
@@ -323,12 +379,17 @@ class Unit:
 
         return await raw.call(insert)  # type: ignore[no-any-return]
 
-    async def execute_many(self, compiled: Compiled, rows: Sequence[Dict[str, Any]]) -> None:
-        """Embedded database: run the cached statement once per row of values, in one ``executemany``."""
-        assert self.sqlite, "execute_many runs on the embedded driver"
-        raw = self.raw if self.raw is not None else await self.driver()
-        params = [StatementCache.params(compiled, row) for row in rows]
-        await raw.call(lambda conn: conn.executemany(compiled[0], params))
+    async def enqueue(self, insert_value: Callable[[], Compiled], values: Sequence[str]) -> None:
+        """Append ``values`` to the rollout queue in order, whatever the database: the embedded database runs the
+        ``INSERT`` of one value (``insert_value()``, binding it as ``v``) once per value in one ``executemany``; a
+        server runs the dialect's :meth:`~.sql_dialect.SqlDialect.enqueue_many` with the values as one array."""
+        if self.sqlite:
+            compiled = insert_value()
+            raw = self.raw if self.raw is not None else await self.driver()
+            params = [StatementCache.params(compiled, {"v": value}) for value in values]
+            await raw.call(lambda conn: conn.executemany(compiled[0], params))
+        else:
+            await self.fetch_sql(self.backend.sql_dialect.enqueue_many(), [values])
 
     async def fetch_sql(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         """Run literal SQL (driver paramstyle) and return its rows."""

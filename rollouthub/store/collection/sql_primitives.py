@@ -42,7 +42,7 @@ from .base import (
     resolve_sort,
     tracked,
 )
-from .sql_engine import ACTIVE_UNIT, Unit
+from .sql_engine import ACTIVE_UNIT, BulkInsert, Unit
 from .sql_filters import FALSE, Binder, bp, compile_where
 from .sql_schema import TableSpec
 
@@ -459,39 +459,26 @@ class SqlCollection(SqlPrimitive, Collection[T]):
         deferring = self._deferring()
         if deferring is not None and await deferring.batch.insert(deferring, spec, keys, rows):  # type: ignore[union-attr]
             return
-        cols = spec.column_names
-        dialect = self._backend.sql_dialect
-        if dialect.embedded:  # executemany: all rows or none
-            stmt = self._stmt(("insert", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in cols}))
-            select_key = self._stmt(("key_exists", spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
-
-            async def run_embedded(unit: Unit) -> Optional[Tuple[Any, ...]]:
-                if await unit.insert_all_or_none(stmt, rows):
-                    return None
-                for key in keys:  # which key existed (rows repeating a key were refused above)
-                    if await unit.fetch(select_key, self._pk_binds(key)):
-                        return key
-                return keys[0]
-
-            dup = await self._run(True, run_embedded)
-        else:  # one statement that skips existing keys, then undo our own rows if any key existed
-            sql = dialect.insert_skipping_conflicts(spec.name, cols, spec.kinds, spec.primary_keys)
-
-            columns = [[row[c] for row in rows] for c in cols]
-            delete = self._stmt(("delete", spec.name), lambda: sa.delete(spec.table).where(self._pk_where()))
-
-            async def run_server(unit: Unit) -> Optional[Tuple[Any, ...]]:
-                inserted = [tuple(r) for r in await unit.fetch_sql(sql, columns)]
-                if len(inserted) == len(rows):
-                    return None
-                for key in inserted:  # undo our own rows: the call has no partial effect
-                    await unit.execute(delete, self._pk_binds(key))
-                done = set(inserted)
-                return next(k for k in keys if k not in done)
-
-            dup = await self._run(True, run_server)
+        bulk = BulkInsert(spec, keys, rows, self._insert_row_stmt, self._key_exists_stmt, self._delete_row_stmt)
+        dup = await self._run(True, lambda unit: unit.insert_all_or_none(bulk))
         if dup is not None:
             raise DuplicatedPrimaryKeyError(f"Duplicated primary key: {_pk_repr(spec, dup)} already exists")
+
+    def _insert_row_stmt(self) -> Any:
+        """The ``INSERT`` of one row, bound by column name (the embedded database's bulk insert)."""
+        spec = self._spec
+        return self._stmt(
+            ("insert", spec.name), lambda: sa.insert(spec.table).values({c: bp(c) for c in spec.column_names})
+        )
+
+    def _key_exists_stmt(self) -> Any:
+        """Whether a row of the key bound by :meth:`_pk_where` exists."""
+        return self._stmt(("key_exists", self._spec.name), lambda: sa.select(sa.literal(1)).where(self._pk_where()))
+
+    def _delete_row_stmt(self) -> Any:
+        """The ``DELETE`` of the row of the key bound by :meth:`_pk_where`."""
+        spec = self._spec
+        return self._stmt(("delete", spec.name), lambda: sa.delete(spec.table).where(self._pk_where()))
 
     def _missing(self, key: Sequence[Any]) -> ValueError:
         return ValueError(f"Item does not exist with primary key(s): {_pk_repr(self._spec, key)}")

@@ -69,15 +69,12 @@ class SqlQueue(SqlPrimitive, Queue[str]):
         if deferring is not None:
             deferring.batch.enqueue(values)  # type: ignore[union-attr]
             return values
-        dialect = self._backend.sql_dialect
-        if dialect.embedded:  # executemany of one insert
-            stmt = self._stmt(("queue_insert",), lambda: sa.insert(self._table).values(value=bp("v")))
-
-            await self._run(True, lambda unit: unit.execute_many(stmt, [{"v": v} for v in values]))
-        else:
-            sql = dialect.enqueue_many()
-            await self._run(True, lambda u: u.fetch_sql(sql, [values]))
+        await self._run(True, lambda unit: unit.enqueue(self._insert_value, values))
         return values
+
+    def _insert_value(self) -> Any:
+        """The ``INSERT`` of one value (bound as ``v``), compiled once (:meth:`~.sql_engine.Unit.enqueue`)."""
+        return self._stmt(("queue_insert",), lambda: sa.insert(self._table).values(value=bp("v")))
 
     @tracked("dequeue")
     async def dequeue(self, limit: int = 1) -> Sequence[str]:
