@@ -158,8 +158,7 @@ class _Insert(_Op):
 
     def cte(self, first: int, ok: str) -> str:
         """:func:`~.sql_dialect_postgres.deferred_insert_sql` of the rows."""
-        spec = self.spec
-        return deferred_insert_sql(spec.name, spec.column_names, spec.kinds, self.shape[2], first, ok)
+        return deferred_insert_sql(self.spec, self.shape[2], first, ok)
 
     def params(self) -> List[Any]:
         cols = self.spec.column_names
@@ -184,8 +183,7 @@ class _Update(_Op):
 
     def cte(self, first: int, ok: str) -> str:
         """:func:`~.sql_dialect_postgres.deferred_update_sql` of the columns :attr:`names`."""
-        spec = self.spec
-        return deferred_update_sql(spec.name, spec.primary_keys, self.names, spec.kinds, self.shape[3], first, ok)
+        return deferred_update_sql(self.spec, self.names, self.shape[3], first, ok)
 
     def params(self) -> List[Any]:
         names = self.names
@@ -206,10 +204,7 @@ class _Upsert(_Op):
 
     def cte(self, first: int, ok: str) -> str:
         """:func:`~.sql_dialect_postgres.deferred_upsert_sql` (existing rows get the columns of the shape)."""
-        spec = self.spec
-        return deferred_upsert_sql(
-            spec.name, spec.column_names, spec.primary_keys, self.shape[2], spec.kinds, self.shape[3], first, ok
-        )
+        return deferred_upsert_sql(self.spec, self.shape[2], self.shape[3], first, ok)
 
     def params(self) -> List[Any]:
         cols = self.spec.column_names
@@ -229,7 +224,7 @@ class _Delete(_Op):
 
     def cte(self, first: int, ok: str) -> str:
         """:func:`~.sql_dialect_postgres.deferred_delete_sql` of the keys."""
-        return deferred_delete_sql(self.spec.name, self.spec.primary_keys, self.shape[2], first, ok)
+        return deferred_delete_sql(self.spec, self.shape[2], first, ok)
 
     def params(self) -> List[Any]:
         return _source_params(self.keys, self.shape[2])

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 
 from .sql_dialect import ParamBinder, SqlDialect, UrlOptions, json_dumps
+from .sql_schema import TableSpec
 
 __all__ = [
     "LATEST_RESOURCES_ORDER",
@@ -292,65 +293,50 @@ def values_source_sql(first: int, columns: Sequence[str], kinds: Sequence[str], 
     return f"unnest({arrays}) AS v({select_list(columns)})"
 
 
-def deferred_insert_sql(
-    table: str, columns: Sequence[str], kinds: Mapping[str, str], single: bool, first: int, ok: str
-) -> str:
-    """Insert the rows of :func:`values_source_sql` into ``table`` (under the guard ``ok``)."""
-    source = values_source_sql(first, columns, _kinds_of(columns, kinds), single)
-    return f"INSERT INTO {quote(table)} ({select_list(columns)}) SELECT * FROM {source}{_where(ok)}"
+def deferred_insert_sql(spec: TableSpec, single: bool, first: int, ok: str) -> str:
+    """Insert the rows of :func:`values_source_sql` (all columns) into the table of ``spec`` (under the guard ``ok``)."""
+    columns = spec.column_names
+    source = values_source_sql(first, columns, _kinds_of(columns, spec.kinds), single)
+    return f"INSERT INTO {quote(spec.name)} ({select_list(columns)}) SELECT * FROM {source}{_where(ok)}"
 
 
-def deferred_update_sql(
-    table: str,
-    primary_keys: Sequence[str],
-    names: Sequence[str],
-    kinds: Mapping[str, str],
-    single: bool,
-    first: int,
-    ok: str,
-) -> str:
-    """Set the columns ``names`` of ``table``'s rows to the values of :func:`values_source_sql` (of columns: the primary
-    keys, then ``names``), joined by primary key (under the guard ``ok``); returns the keys of the rows updated. No
-    ``names``: the first key is set to itself (the rows are only checked to exist)."""
+def deferred_update_sql(spec: TableSpec, names: Sequence[str], single: bool, first: int, ok: str) -> str:
+    """Set the columns ``names`` of the rows of ``spec``'s table to the values of :func:`values_source_sql` (of
+    columns: the primary keys, then ``names``), joined by primary key (under the guard ``ok``); returns the keys of the
+    rows updated. No ``names``: the first key is set to itself (the rows are only checked to exist)."""
+    primary_keys = spec.primary_keys
     columns = [*primary_keys, *names]
-    source = values_source_sql(first, columns, _kinds_of(columns, kinds), single)
+    source = values_source_sql(first, columns, _kinds_of(columns, spec.kinds), single)
     first_key = quote(primary_keys[0])
     sets = ", ".join(f"{quote(n)} = v.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
     join = " AND ".join(f"t.{quote(k)} = v.{quote(k)}" for k in primary_keys)
     return (
-        f"UPDATE {quote(table)} AS t SET {sets} FROM {source} WHERE {join}{_and(ok)} "
+        f"UPDATE {quote(spec.name)} AS t SET {sets} FROM {source} WHERE {join}{_and(ok)} "
         f"RETURNING {select_list(primary_keys, 't')}"
     )
 
 
-def deferred_upsert_sql(
-    table: str,
-    columns: Sequence[str],
-    primary_keys: Sequence[str],
-    names: Sequence[str],
-    kinds: Mapping[str, str],
-    single: bool,
-    first: int,
-    ok: str,
-) -> str:
-    """Insert the rows of :func:`values_source_sql` into ``table`` (under the guard ``ok``); a row whose key exists
-    gets the columns ``names`` instead (none: the first key is set to itself)."""
+def deferred_upsert_sql(spec: TableSpec, names: Sequence[str], single: bool, first: int, ok: str) -> str:
+    """Insert the rows of :func:`values_source_sql` (all columns) into the table of ``spec`` (under the guard ``ok``);
+    a row whose key exists gets the columns ``names`` instead (none: the first key is set to itself)."""
+    columns, primary_keys = spec.column_names, spec.primary_keys
     first_key = quote(primary_keys[0])
     sets = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
-    source = values_source_sql(first, columns, _kinds_of(columns, kinds), single)
+    source = values_source_sql(first, columns, _kinds_of(columns, spec.kinds), single)
     return (
-        f"INSERT INTO {quote(table)} AS t ({select_list(columns)}) SELECT * FROM {source}{_where(ok)} "
+        f"INSERT INTO {quote(spec.name)} AS t ({select_list(columns)}) SELECT * FROM {source}{_where(ok)} "
         f"ON CONFLICT ({select_list(primary_keys)}) DO UPDATE SET {sets}"
     )
 
 
-def deferred_delete_sql(table: str, primary_keys: Sequence[str], single: bool, first: int, ok: str) -> str:
-    """Delete ``table``'s rows whose (text) keys are the rows of :func:`values_source_sql` (under the guard ``ok``);
-    returns the keys of the rows deleted."""
+def deferred_delete_sql(spec: TableSpec, single: bool, first: int, ok: str) -> str:
+    """Delete the rows of ``spec``'s table whose (text) keys are the rows of :func:`values_source_sql` (under the
+    guard ``ok``); returns the keys of the rows deleted."""
+    primary_keys = spec.primary_keys
     source = values_source_sql(first, primary_keys, ["str"] * len(primary_keys), single)
     join = " AND ".join(f"t.{quote(k)} = v.{quote(k)}" for k in primary_keys)
     return (
-        f"DELETE FROM {quote(table)} AS t USING {source} WHERE {join}{_and(ok)} "
+        f"DELETE FROM {quote(spec.name)} AS t USING {source} WHERE {join}{_and(ok)} "
         f"RETURNING {select_list(primary_keys, 't')}"
     )
 
