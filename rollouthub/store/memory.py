@@ -20,7 +20,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from pydantic import BaseModel
 
-from rollouthub.types import AttemptedRollout, PaginatedResult, ResourcesUpdate, Rollout, SortOptions, Span
+from rollouthub.types import (
+    AttemptedRollout,
+    FilterOptions,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    SortOptions,
+    Span,
+)
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import UNSET, LightningStoreCapabilities, LightningStoreStatistics, SpansEvictedError, Unset
@@ -379,7 +387,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
 
     @tracked("query_spans_inmemory")
     async def _query_spans_unit(
-        self, rollout_id: str, filters: Any, sort: Optional[SortOptions], limit: int, offset: int
+        self, rollout_id: str, filters: FilterOptions, sort: Optional[SortOptions], limit: int, offset: int
     ) -> PaginatedResult[Span]:
         if rollout_id in self._evicted_rollout_ids:
             raise SpansEvictedError(rollout_id)

@@ -22,7 +22,7 @@ import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union, cast
 
-from rollouthub.types import Attempt, AttemptedRollout, Rollout, Span
+from rollouthub.types import Attempt, AttemptedRollout, FilterOptions, Rollout, SortOptions, Span
 from rollouthub.utils.metrics import MetricsBackend
 
 from .base import LightningStoreCapabilities, is_finished, paginated_json_from_items
@@ -151,7 +151,9 @@ class SqlLightningStore(CollectionBasedLightningStore[SqlLightningCollections]):
             out.append(_attach(rollout, found) if found is not None else rollout)
         return out
 
-    async def _query_spans_json_unit(self, rollout_id: str, filters: Any, sort: Any, limit: int, offset: int) -> bytes:
+    async def _query_spans_json_unit(
+        self, rollout_id: str, filters: FilterOptions, sort: Optional[SortOptions], limit: int, offset: int
+    ) -> bytes:
         """The page as JSON spliced from the stored columns (no span models are built)."""
         async with self._read("spans") as c:
             spans_table = cast(SqlCollection[Span], c.spans)  # this store's units hold its SQL collections
