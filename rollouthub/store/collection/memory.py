@@ -687,6 +687,11 @@ class InMemoryLightningCollections(LightningCollections):
                         await stack.enter_async_context(self._lock[name])
                 yield self
 
+    async def evict_spans_for_rollout(self, rollout_id: str) -> None:
+        """Drop all spans of a rollout (the spans size counter is deliberately not decremented)."""
+        async with self.tracking_context("evict_spans_for_rollout", "spans"):
+            self._spans.evict_subtree([rollout_id])
+
     def __deepcopy__(self, memo: Dict[int, Any]) -> InMemoryLightningCollections:
         raise TypeError("InMemoryLightningCollections cannot be deep-copied")
 
