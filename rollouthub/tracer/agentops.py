@@ -154,10 +154,8 @@ class AgentOpsTracer(OtelTracer):
             provider = None
         if provider is None:  # AgentOps releases without ``tracer.provider`` install theirs as the global provider
             provider = trace_api.get_tracer_provider()
-        if provider is None:
-            raise RuntimeError("AgentOps did not create a tracer provider.")
         if not isinstance(provider, TracerProvider):
-            raise RuntimeError(f"The AgentOps tracer provider is not an OpenTelemetry SDK provider: {provider!r}")
+            raise RuntimeError(f"AgentOps did not create an OpenTelemetry SDK tracer provider (found {provider!r}).")
         return provider
 
     def teardown_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
