@@ -279,6 +279,20 @@ def _kinds_of(columns: Sequence[str], kinds: Mapping[str, str]) -> List[str]:
     return [kinds.get(c, "json") for c in columns]
 
 
+def _key_join(primary_keys: Sequence[str], source_columns: Optional[Sequence[str]] = None) -> str:
+    """The join of a table ``t`` to a values source ``v`` by primary key: ``t."<key>" = v."<column>" AND ...``, the
+    source's key columns named like the keys unless ``source_columns`` names them."""
+    columns = primary_keys if source_columns is None else source_columns
+    return " AND ".join(f"t.{quote(key)} = v.{quote(c)}" for key, c in zip(primary_keys, columns, strict=True))
+
+
+def _set_columns(names: Sequence[str], source: str, primary_keys: Sequence[str]) -> str:
+    """``SET`` of the columns ``names`` from the row alias ``source`` (``v``, ``excluded``); without ``names``, the
+    first key set to itself (the statement then only finds, or keeps, the rows)."""
+    first_key = quote(primary_keys[0])
+    return ", ".join(f"{quote(n)} = {source}.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
+
+
 def values_source_sql(first: int, columns: Sequence[str], kinds: Sequence[str], single: bool) -> str:
     """Rows of ``columns`` (of the given ``kinds``) as a table ``v``, from parameters ``$first, ...``: ``single``,
     one row of scalars ``(SELECT $1::text AS "c", ...) AS v`` (cheaper to send and to plan than arrays); otherwise
@@ -307,11 +321,9 @@ def deferred_update_sql(spec: TableSpec, names: Sequence[str], single: bool, fir
     primary_keys = spec.primary_keys
     columns = [*primary_keys, *names]
     source = values_source_sql(first, columns, _kinds_of(columns, spec.kinds), single)
-    first_key = quote(primary_keys[0])
-    sets = ", ".join(f"{quote(n)} = v.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
-    join = " AND ".join(f"t.{quote(k)} = v.{quote(k)}" for k in primary_keys)
     return (
-        f"UPDATE {quote(spec.name)} AS t SET {sets} FROM {source} WHERE {join}{_and(ok)} "
+        f"UPDATE {quote(spec.name)} AS t SET {_set_columns(names, 'v', primary_keys)} FROM {source} "
+        f"WHERE {_key_join(primary_keys)}{_and(ok)} "
         f"RETURNING {select_list(primary_keys, 't')}"
     )
 
@@ -320,8 +332,7 @@ def deferred_upsert_sql(spec: TableSpec, names: Sequence[str], single: bool, fir
     """Insert the rows of :func:`values_source_sql` (all columns) into the table of ``spec`` (under the guard ``ok``);
     a row whose key exists gets the columns ``names`` instead (none: the first key is set to itself)."""
     columns, primary_keys = spec.column_names, spec.primary_keys
-    first_key = quote(primary_keys[0])
-    sets = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in names) or f"{first_key} = t.{first_key}"
+    sets = _set_columns(names, "excluded", primary_keys)
     source = values_source_sql(first, columns, _kinds_of(columns, spec.kinds), single)
     return (
         f"INSERT INTO {quote(spec.name)} AS t ({select_list(columns)}) SELECT * FROM {source}{_where(ok)} "
@@ -334,9 +345,8 @@ def deferred_delete_sql(spec: TableSpec, single: bool, first: int, ok: str) -> s
     guard ``ok``); returns the keys of the rows deleted."""
     primary_keys = spec.primary_keys
     source = values_source_sql(first, primary_keys, ["str"] * len(primary_keys), single)
-    join = " AND ".join(f"t.{quote(k)} = v.{quote(k)}" for k in primary_keys)
     return (
-        f"DELETE FROM {quote(spec.name)} AS t USING {source} WHERE {join}{_and(ok)} "
+        f"DELETE FROM {quote(spec.name)} AS t USING {source} WHERE {_key_join(primary_keys)}{_and(ok)} "
         f"RETURNING {select_list(primary_keys, 't')}"
     )
 
@@ -389,10 +399,9 @@ def row_guard_cte_sql(
     the version read ``x`` (``NULL``: any version; only the row's existence matters)."""
     keys = [f"k{i}" for i in range(len(primary_keys))]
     source = values_source_sql(first, [*keys, "x"], [*key_kinds, "str"], single)
-    join = " AND ".join(f"t.{quote(pk)} = v.{quote(k)}" for pk, k in zip(primary_keys, keys, strict=True))
     return (
         f"g_{table} AS (SELECT 1 FROM {quote(table)} AS t JOIN {source} "
-        f'ON {join} AND (v."x" IS NULL OR t.xmin::text = v."x") FOR UPDATE OF t)'
+        f'ON {_key_join(primary_keys, keys)} AND (v."x" IS NULL OR t.xmin::text = v."x") FOR UPDATE OF t)'
     )
 
 
