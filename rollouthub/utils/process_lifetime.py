@@ -66,6 +66,12 @@ def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
     in ..."), so a SIGTERM landing there would be lost. While active, such a dropped :class:`Terminated` is caught
     through ``sys.unraisablehook`` (other reports go to the previous hook) and raised again when the body ends
     without an exception: a terminated run never reports success.
+
+    Some libraries turn any exception raised inside them into their own error (pydantic-core reports a
+    ``KeyboardInterrupt`` raised while it builds a serializer as a ``SchemaError``), so a SIGTERM landing there would
+    end the body with an unrelated failure. When the body ends with an exception that is not a ``KeyboardInterrupt``
+    after SIGTERM arrived, the :class:`Terminated` is raised instead, from that exception: a terminated run exits as
+    one, whatever the signal interrupted.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -73,11 +79,14 @@ def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
     if only_if_default and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
+    received: List[Terminated] = []
     dropped: List[BaseException] = []
     previous_hook = sys.unraisablehook
 
     def handler(signum: int, frame: Any) -> None:
-        raise Terminated(f"signal {signum} (SIGTERM)")
+        terminated = Terminated(f"signal {signum} (SIGTERM)")
+        received.append(terminated)
+        raise terminated
 
     def unraisable_hook(unraisable: Any) -> None:
         if isinstance(unraisable.exc_value, Terminated):
@@ -88,7 +97,12 @@ def sigterm_raises(only_if_default: bool = False) -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, handler)
     sys.unraisablehook = unraisable_hook
     try:
-        yield
+        try:
+            yield
+        except Exception as failure:
+            if received:  # the handler's exception was turned into another error by a library (see above)
+                raise received[0] from failure
+            raise
         if dropped:  # the handler's exception was dropped by the interpreter (see above)
             raise dropped[0]
     finally:

@@ -89,6 +89,42 @@ def test_a_sigterm_dropped_inside_a_finaliser_is_raised_when_the_block_ends() ->
     assert "Exception ignored" not in result.stderr
 
 
+def test_a_sigterm_a_library_turned_into_its_own_error_still_ends_the_block_as_terminated() -> None:
+    # pydantic-core reports an exception raised while it builds a serializer as a SchemaError: the quickstart,
+    # signalled during such an import, once exited 1 with a traceback instead of 143 with its one line.
+    code = textwrap.dedent(
+        """
+        import os, signal, sys, time
+        from rollouthub.utils.process_lifetime import exit_code_of, sigterm_raises
+
+        def library_call():  # like pydantic-core: whatever goes wrong inside becomes the library's own error
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:  # the handler runs here
+                    time.sleep(0.01)
+            except BaseException as exc:
+                raise RuntimeError(f"Error building serializer: {exc}") from exc
+
+        try:
+            with sigterm_raises():
+                library_call()
+        except KeyboardInterrupt as exc:
+            print(type(exc).__name__, type(exc.__cause__).__name__, flush=True)
+            sys.exit(exit_code_of(exc))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 143, (result.stdout, result.stderr)
+    assert result.stdout.split("\n")[0] == "Terminated RuntimeError"
+
+
+def test_an_error_without_a_sigterm_passes_through_unchanged() -> None:
+    with pytest.raises(ValueError, match="plain failure"):
+        with sigterm_raises():
+            raise ValueError("plain failure")
+
+
 def test_sigterm_raises_restores_the_previous_handler_and_respects_a_custom_one() -> None:
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_raises():
