@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,18 @@ def inline(request: pytest.FixtureRequest) -> bool:
 
 
 async def _open(path: Path, inline: bool, busy_timeout: float = 5.0) -> SqliteDriver:
-    return await make_driver_factory(str(path), busy_timeout, sqlite_pragmas(busy_timeout, "NORMAL"), inline=inline)()
+    return await make_driver_factory(
+        str(path), busy_timeout, partial(sqlite_pragmas, synchronous="NORMAL"), inline=inline
+    )()
+
+
+async def test_only_a_thread_mode_connection_waits_inside_sqlite(tmp_path: Path, inline: bool) -> None:
+    # Inline, SQLite's own busy timeout is 0 (the pragmas must not raise it back): a lock held by another process
+    # is waited for with asyncio.sleep, never by blocking the event loop.
+    driver = await _open(tmp_path / "d.db", inline, busy_timeout=3.0)
+    assert (await driver.run("PRAGMA busy_timeout", [], True))[0] == [(0 if inline else 3000,)]
+    assert (await driver.run("PRAGMA journal_mode", [], True))[0] == [("wal",)]
+    await driver.close()
 
 
 async def test_statements_transactions_and_close(tmp_path: Path, inline: bool) -> None:

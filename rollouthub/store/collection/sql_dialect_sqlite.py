@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from functools import partial
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
 
 import sqlalchemy as sa
@@ -129,7 +130,7 @@ class SqliteDialect(SqlDialect):
     ) -> Callable[[], Awaitable[Any]]:
         """:class:`~.sql_sqlite.SqliteDriver` connections to the database file."""
         return make_driver_factory(
-            str(url.database), busy_timeout, sqlite_pragmas(busy_timeout, synchronous), inline=inline
+            str(url.database), busy_timeout, partial(sqlite_pragmas, synchronous=synchronous), inline=inline
         )
 
     def write_lock_key(self, url: URL) -> str:

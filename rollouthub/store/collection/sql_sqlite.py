@@ -226,13 +226,19 @@ class SqliteDriver:
 
 
 def make_driver_factory(
-    path: str, busy_timeout: float, pragmas: Sequence[str], *, inline: bool = True
+    path: str, busy_timeout: float, pragmas_for: Callable[[float], Sequence[str]], *, inline: bool = True
 ) -> Callable[[], Awaitable[SqliteDriver]]:
-    """A coroutine function opening :class:`SqliteDriver` connections to ``path`` (each runs ``pragmas`` first)."""
+    """A coroutine function opening :class:`SqliteDriver` connections to ``path``.
+
+    Each connection first runs ``pragmas_for(sqlite_busy_timeout)``, where ``sqlite_busy_timeout`` is how long SQLite
+    itself may wait for a lock: ``busy_timeout`` in thread mode, 0 inline (the driver then retries a busy statement
+    with ``asyncio.sleep`` until ``busy_timeout``, so a lock held by another process never blocks the loop).
+    """
     sqlite_busy = 0.0 if inline else busy_timeout
+    pragmas = tuple(pragmas_for(sqlite_busy))
 
     async def factory() -> SqliteDriver:
-        connector = partial(_connect, path, sqlite_busy, tuple(pragmas))
+        connector = partial(_connect, path, sqlite_busy, pragmas)
         return await SqliteDriver(connector, inline=inline, busy_timeout=busy_timeout).open()
 
     return factory
